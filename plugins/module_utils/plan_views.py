@@ -37,3 +37,34 @@ def plan_table(plan):
     if totals:
         lines.append(", ".join("%s %s" % (key.replace("_", " "), value) for key, value in sorted(totals.items())))
     return lines
+
+
+def gateway_backends(plan, host_vars, address_var="vllm_listen_host"):
+    """Return the load balancer's backends for every planned instance.
+
+    host_vars maps inventory host -> its variables; each instance's address
+    is that host's `address_var` (the address its vLLM instances listen on
+    and the gateway reaches them at). A host without it is an error rather
+    than a guess: loopback would silently work only on a single machine.
+    """
+    if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
+        raise ValueError("gateway_backends expects the dict returned by fleet_plan (with 'instances')")
+    backends = []
+    for instance in plan["instances"]:
+        host = instance.get("host")
+        try:
+            address = host_vars[host][address_var]
+        except (KeyError, TypeError):
+            raise ValueError(
+                "host %s has no %s: set it to the address its vLLM instances listen on "
+                "(the gateway connects there)" % (host, address_var)
+            )
+        if not address:
+            raise ValueError("host %s has an empty %s" % (host, address_var))
+        backends.append({
+            "name": "%s-%s" % (host, instance["name"]),
+            "host": host,
+            "address": str(address),
+            "port": int(instance["port"]),
+        })
+    return backends

@@ -1,7 +1,7 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.filter.plan_table import plan_table
+from ansible_collections.gpufleet.numa.plugins.filter.plan_views import gateway_backends, plan_table
 
 INSTANCE = {
     "host": "gpu-a", "name": "vllm-0", "gpu_indices": [0, 1, 2, 3], "numa_nodes": [0],
@@ -28,3 +28,17 @@ def test_plan_table_aligns_columns_and_lists_unused():
 def test_plan_table_rejects_non_plans(bad):
     with pytest.raises(AnsibleFilterError, match="plan_table"):
         plan_table(bad)
+
+
+def test_gateway_backends_uses_each_hosts_listen_address():
+    plan = {"instances": [INSTANCE, dict(INSTANCE, host="gpu-b", port=8001)]}
+    hostvars = {"gpu-a": {"vllm_listen_host": "10.0.0.11"}, "gpu-b": {"vllm_listen_host": "10.0.0.12"}}
+    assert gateway_backends(plan, hostvars) == [
+        {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.0.0.11", "port": 8000},
+        {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "10.0.0.12", "port": 8001},
+    ]
+
+
+def test_gateway_backends_names_host_without_listen_address():
+    with pytest.raises(AnsibleFilterError, match="host gpu-a has no vllm_listen_host"):
+        gateway_backends({"instances": [INSTANCE]}, {"gpu-a": {"ansible_host": "10.0.0.11"}})

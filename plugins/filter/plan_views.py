@@ -1,0 +1,29 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters that present a fleet plan: a text table, the gateway's backends."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import plan_views
+
+
+def plan_table(plan):
+    try:
+        return plan_views.plan_table(plan)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.plan_table: %s" % exc)
+
+
+def gateway_backends(plan, hostvars, address_var="vllm_listen_host"):
+    try:
+        return plan_views.gateway_backends(plan, hostvars, address_var=address_var)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.gateway_backends: %s" % exc)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"plan_table": plan_table, "gateway_backends": gateway_backends}
