@@ -1,0 +1,370 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""What Linux sysfs says about NUMA nodes, CPUs, GPUs, NICs and the PCI tree.
+
+collect(reader) reads through the reader seam (topology_reader) and never
+raises: a file that is missing or unreadable leaves its value None, a file
+whose content makes no sense adds a warning naming the file. Works for any
+GPU vendor; NVML and nvidia-smi only refine what is found here.
+Standard library only (runs on targets).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
+    format_cpulist,
+    parse_cpulist,
+)
+from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize_bus_id
+
+NODE_DIR = "/sys/devices/system/node"
+CPU_DIR = "/sys/devices/system/cpu"
+PCI_DIR = "/sys/bus/pci/devices"
+
+GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
+# VGA, 3D controller, processing accelerator, and "other display
+# controller" (0x0380: AMD Instinct MI100/MI200 report themselves so).
+GPU_CLASSES = ("0x0300", "0x0302", "0x0380", "0x1200")
+NIC_CLASSES = ("0x0200", "0x0207")  # Ethernet, InfiniBand
+NIC_VENDORS = {
+    "0x15b3": "mellanox",
+    "0x8086": "intel",
+    "0x14e4": "broadcom",
+    "0x1077": "qlogic",
+    "0x1924": "solarflare",
+    "0x1d0f": "amazon",
+    "0x1af4": "virtio",
+    "0x10ee": "xilinx",
+    "0x1dd8": "pensando",
+    "0x19e5": "huawei",
+    "0x8088": "wangxun",
+    "0x1c36": "annapurna",
+    "0x10df": "emulex",
+    "0x17d5": "exar",
+    "0x1fc9": "tehuti",
+    "0x177d": "cavium",
+    "0x1ae0": "google",
+    "0x10de": "nvidia",
+    "0x1002": "amd",
+    "0x1022": "amd",
+}
+_NODE_NAME = re.compile(r"^node(\d+)$")
+_CPU_NAME = re.compile(r"^cpu(\d+)$")
+_HOST_BRIDGE = re.compile(r"^pci([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2})$")
+_BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_MEMTOTAL = re.compile(r"MemTotal:\s*(\d+)\s*kB")
+
+
+def _strip(text):
+    return None if text is None else text.strip()
+
+
+def _cpulist_or_warn(reader, path, warnings):
+    text = reader.read(path)
+    if text is None:
+        return None
+    try:
+        return parse_cpulist(text)
+    except ValueError as exc:
+        warnings.append("%s: %s" % (path, exc))
+        return None
+
+
+def _int_or_none(text):
+    try:
+        return int(str(text).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def numa_nodes(reader, warnings, online_cpus=None):
+    """NUMA nodes: [{id, cpus (cpulist), memory_mb, distances}] sorted by id."""
+    names = reader.listdir(NODE_DIR) or []
+    ids = sorted(int(m.group(1)) for m in (_NODE_NAME.match(n) for n in names) if m)
+    nodes = []
+    for node_id in ids:
+        base = "%s/node%d" % (NODE_DIR, node_id)
+        cpus = _cpulist_or_warn(reader, base + "/cpulist", warnings)
+        if cpus is not None and online_cpus is not None:
+            cpus = [c for c in cpus if c in online_cpus]
+        memory_mb = None
+        meminfo = reader.read(base + "/meminfo")
+        if meminfo is not None:
+            match = _MEMTOTAL.search(meminfo)
+            if match:
+                memory_mb = int(match.group(1)) // 1024
+            else:
+                warnings.append("%s/meminfo has no MemTotal line" % base)
+        distances = {}
+        row = reader.read(base + "/distance")
+        if row is not None:
+            values = row.split()
+            if len(values) == len(ids) and all(v.isdigit() for v in values):
+                distances = dict(zip(ids, (int(v) for v in values)))
+            else:
+                warnings.append(
+                    "%s/distance %r does not hold one distance per node (%d nodes)" % (base, row.strip(), len(ids))
+                )
+        nodes.append({
+            "id": node_id,
+            "cpus": None if cpus is None else format_cpulist(cpus),
+            "memory_mb": memory_mb,
+            "distances": distances,
+        })
+    return nodes
+
+
+def cpu_topology(reader, warnings):
+    """Online/offline CPUs, package (socket) of each CPU, SMT sibling groups."""
+    online = _cpulist_or_warn(reader, CPU_DIR + "/online", warnings)
+    names = reader.listdir(CPU_DIR) or []
+    listed = sorted(int(m.group(1)) for m in (_CPU_NAME.match(n) for n in names) if m)
+    if online is None:
+        online = None if not listed else listed
+    online_set = None if online is None else set(online)
+    offline = [c for c in listed if online_set is not None and c not in online_set]
+    package = {}
+    siblings = set()
+    for cpu in (online or []):
+        base = "%s/cpu%d/topology" % (CPU_DIR, cpu)
+        pkg = _int_or_none(reader.read(base + "/physical_package_id"))
+        if pkg is not None and pkg >= 0:
+            package[cpu] = pkg
+        threads = _cpulist_or_warn(reader, base + "/thread_siblings_list", warnings)
+        if threads:
+            # Offline siblings are left out: nothing can be bound to them.
+            group = tuple(t for t in threads if online_set is None or t in online_set)
+            if group:
+                siblings.add(group)
+    return {
+        "online": online,
+        "offline": offline,
+        "package": package,
+        "smt_siblings": [list(g) for g in sorted(siblings)],
+    }
+
+
+def node_for_cpus(cpus, nodes):
+    """The id of the one node whose cpulist covers every CPU in cpus
+    (a list of ints), or None when none or several do."""
+    wanted = set(cpus)
+    if not wanted:
+        return None
+    matches = []
+    for node in nodes:
+        if node.get("cpus") is None:
+            continue
+        try:
+            have = set(parse_cpulist(node["cpus"]))
+        except ValueError:
+            continue
+        if have and wanted <= have:
+            matches.append(node["id"])
+    return matches[0] if len(matches) == 1 else None
+
+
+def _pci_chain(reader, bus_id):
+    """(host bridge, [bridge bus ids from the root port down]) for a device,
+    from the realpath of /sys/bus/pci/devices/<bus_id>; None when unknown."""
+    real = reader.realpath("%s/%s" % (PCI_DIR, bus_id))
+    if not real:
+        return None
+    parts = [p for p in real.split("/") if p]
+    host = None
+    for i, part in enumerate(parts):
+        if _HOST_BRIDGE.match(part):
+            host = i
+    if host is None or not parts or parts[-1].lower() != bus_id:
+        return None
+    bridges = [p.lower() for p in parts[host + 1:-1] if _BDF.match(p)]
+    return {"host_bridge": "/".join(parts[: host + 1]), "bridges": bridges}
+
+
+def _pcie(reader, base):
+    def speed(name):
+        value = _strip(reader.read("%s/%s" % (base, name)))
+        return None if not value or value.lower().startswith("unknown") else value
+
+    def width(name):
+        value = _int_or_none(reader.read("%s/%s" % (base, name)))
+        return value if value else None  # 0 means the link is down / unknown
+
+    return {
+        "current_speed": speed("current_link_speed"),
+        "max_speed": speed("max_link_speed"),
+        "current_width": width("current_link_width"),
+        "max_width": width("max_link_width"),
+    }
+
+
+def _interfaces(reader, base):
+    names = set()
+    for sub in ("net", "infiniband"):
+        names.update(reader.listdir("%s/%s" % (base, sub)) or [])
+    # virtio and some other drivers put net/ one level down (virtio0/net/eth0).
+    for child in reader.listdir(base) or []:
+        if child.startswith("virtio"):
+            names.update(reader.listdir("%s/%s/net" % (base, child)) or [])
+    return sorted(names)
+
+
+def _locality(reader, base, bus_id, kind, nodes, warnings):
+    """numa_node and local_cpus of a device; -1 falls back to local_cpulist."""
+    local = _cpulist_or_warn(reader, base + "/local_cpulist", warnings)
+    local_cpus = None if not local else format_cpulist(local)
+    raw = _strip(reader.read(base + "/numa_node"))
+    node = _int_or_none(raw)
+    if raw is not None and node is None:
+        warnings.append("%s/numa_node %r is not a number" % (base, raw))
+    if node is not None and node < 0:
+        node = None
+        guess = node_for_cpus(local or [], nodes)
+        if kind == "GPU":
+            if guess is not None:
+                warnings.append(
+                    "GPU %s reports numa_node %s; NUMA node %d taken from its local CPUs %s"
+                    % (bus_id, raw, guess, local_cpus)
+                )
+            else:
+                warnings.append("GPU %s reports numa_node %s; NUMA node unknown" % (bus_id, raw))
+        node = guess
+    elif node is not None and nodes and node not in [n["id"] for n in nodes]:
+        warnings.append("%s %s reports numa_node %d, which is not a NUMA node here" % (kind, bus_id, node))
+    return node, local_cpus
+
+
+def pci_devices(reader, nodes, warnings):
+    """GPUs and NICs found under /sys/bus/pci/devices, sorted by bus id."""
+    gpus, nics = [], []
+    for entry in reader.listdir(PCI_DIR) or []:
+        try:
+            bus_id = normalize_bus_id(entry)
+        except ValueError:
+            continue
+        base = "%s/%s" % (PCI_DIR, entry)
+        pci_class = (_strip(reader.read(base + "/class")) or "").lower()
+        vendor_id = (_strip(reader.read(base + "/vendor")) or "").lower()
+        prefix = pci_class[:6]
+        if prefix in GPU_CLASSES and vendor_id in GPU_VENDORS:
+            node, local_cpus = _locality(reader, base, bus_id, "GPU", nodes, warnings)
+            gpus.append({
+                "index": None,
+                "pci_bus_id": bus_id,
+                "uuid": None,
+                "name": None,
+                "memory_mb": None,
+                "numa_node": node,
+                "local_cpus": local_cpus,
+                "mig_mode": None,
+                "pcie": _pcie(reader, base),
+                "vendor": GPU_VENDORS[vendor_id],
+                "device_id": _strip(reader.read(base + "/device")),
+                "pci_class": pci_class,
+                "pci_path": _pci_chain(reader, entry),
+            })
+        elif prefix in NIC_CLASSES:
+            node, local_cpus = _locality(reader, base, bus_id, "NIC", nodes, warnings)
+            nics.append({
+                "id": bus_id,
+                "pci_bus_id": bus_id,
+                "vendor": NIC_VENDORS.get(vendor_id, "other"),
+                "interfaces": _interfaces(reader, base),
+                "numa_node": node,
+                "local_cpus": local_cpus,
+                "pcie": _pcie(reader, base),
+            })
+    gpus.sort(key=lambda g: g["pci_bus_id"])
+    nics.sort(key=lambda n: n["pci_bus_id"])
+    return gpus, nics
+
+
+def pci_link_class(path_a, path_b, node_a, node_b):
+    """The nvidia-smi link class between two devices from their PCI paths.
+
+    PIX: below one PCIe switch (at most one bridge between them);
+    PXB: several bridges, without crossing the host bridge;
+    PHB: through the host bridge (same root complex);
+    NODE: different host bridges of one NUMA node;
+    SYS: different NUMA nodes (or locality unknown: assume the worst).
+    """
+    if path_a is None or path_b is None or path_a["host_bridge"] != path_b["host_bridge"]:
+        if node_a is not None and node_a == node_b:
+            return "NODE"
+        return "SYS"
+    a, b = path_a["bridges"], path_b["bridges"]
+    common = 0
+    while common < len(a) and common < len(b) and a[common] == b[common]:
+        common += 1
+    if common == 0:
+        return "PHB"
+    # Below the deepest shared bridge each side has its own downstream port
+    # at most: that is one switch (PIX). More levels mean nested switches.
+    if len(a) - common <= 1 and len(b) - common <= 1:
+        return "PIX"
+    return "PXB"
+
+
+def pci_tree_links(gpus):
+    """Links between every pair of GPUs from the PCI tree, keyed by bus id."""
+    links = {}
+    for a in gpus:
+        row = {}
+        for b in gpus:
+            if a is b:
+                continue
+            row[b["pci_bus_id"]] = pci_link_class(a["pci_path"], b["pci_path"], a["numa_node"], b["numa_node"])
+        links[a["pci_bus_id"]] = row
+    return links
+
+
+def collect(reader):
+    """Everything sysfs says, as plain dicts (see module docstring).
+
+    Returns {numa_nodes, sockets, smt_siblings, offline_cpus, gpus, nics,
+    links, warnings, found} where found is True when any sysfs data was
+    read at all (a capture of nvidia-smi output alone has none).
+    """
+    warnings = []
+    cpus = cpu_topology(reader, warnings)
+    online_set = None if cpus["online"] is None else set(cpus["online"])
+    nodes = numa_nodes(reader, warnings, online_set)
+    if not nodes and cpus["online"]:
+        # A kernel built without NUMA has no node directories: one node.
+        nodes = [{"id": 0, "cpus": format_cpulist(cpus["online"]), "memory_mb": None, "distances": {}}]
+    if cpus["offline"]:
+        warnings.append("CPUs %s are offline; they are left out of the NUMA nodes" % format_cpulist(cpus["offline"]))
+
+    sockets = {}
+    for node in nodes:
+        node_cpus = parse_cpulist(node["cpus"]) if node["cpus"] else []
+        packages = sorted(set(cpus["package"][c] for c in node_cpus if c in cpus["package"]))
+        if len(packages) > 1:
+            warnings.append("NUMA node %d has CPUs of several sockets %s" % (node["id"], packages))
+        node["socket"] = packages[0] if packages else None
+        for pkg in packages:
+            sockets.setdefault(pkg, {"id": pkg, "numa_nodes": [], "cpus": []})
+            sockets[pkg]["numa_nodes"].append(node["id"])
+    for cpu, pkg in cpus["package"].items():
+        if pkg in sockets:
+            sockets[pkg]["cpus"].append(cpu)
+    socket_list = []
+    for pkg in sorted(sockets):
+        sock = sockets[pkg]
+        socket_list.append({"id": pkg, "numa_nodes": sorted(sock["numa_nodes"]), "cpus": format_cpulist(sock["cpus"])})
+
+    gpus, nics = pci_devices(reader, nodes, warnings)
+    found = bool(nodes or cpus["online"] or gpus or nics or reader.listdir(PCI_DIR))
+    return {
+        "numa_nodes": nodes,
+        "sockets": socket_list,
+        "smt_siblings": cpus["smt_siblings"],
+        "offline_cpus": format_cpulist(cpus["offline"]),
+        "gpus": gpus,
+        "nics": nics,
+        "links": pci_tree_links(gpus),
+        "warnings": warnings,
+        "found": found,
+    }
