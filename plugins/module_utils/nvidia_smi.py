@@ -1,0 +1,368 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Parsers for nvidia-smi output: the `topo -m` matrix and `--query-gpu` CSV.
+
+Both return the partial dict every topology source returns (see
+docs/facts.md): `gpus`, `links`, `numa_nodes`, `warnings`, always all keys,
+explicit None for what the source does not say. They never raise: text that
+cannot be read gives an empty partial and a warning that says why.
+
+`nvidia-smi topo -m` is read the way people paste it into bug reports:
+tabs or spaces, indentation, NIC columns, a legend, `N/A` cells, and rows
+damaged by copy and paste (`NODENODE`, `NIC8NIC9`, `PIX0-35`). Each row is
+read from both ends: link cells from the left (as many as the header names
+devices), affinity cells from the right.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import csv
+import re
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
+    format_cpulist,
+    parse_cpulist,
+)
+from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize_bus_id
+
+__metaclass__ = type
+
+TOPO_COMMAND = "nvidia-smi topo -m"
+QUERY_FIELDS = ("index", "uuid", "name", "pci.bus_id", "memory.total", "mig.mode.current")
+QUERY_COMMAND = (
+    "nvidia-smi --query-gpu=" + ",".join(QUERY_FIELDS) + " --format=csv,noheader,nounits"
+)
+
+# Device column names nvidia-smi prints: GPUs, NICs (new drivers name them
+# NIC<n> with a legend, old ones print the RDMA device name itself).
+_DEVICE = r"GPU\d+|NIC\d+|mlx\d+_[a-z]*\d+|hfi\d+_\d+|bnxt_re\d+|irdma\d+|qedr\d+|efa_?\d+"
+_DEVICE_RE = re.compile(r"^(?:%s)$" % _DEVICE)
+_DEVICE_SCAN = re.compile(_DEVICE)
+# One matrix cell, matched at the start of a (possibly merged) token.
+_CELL_SCAN = re.compile(r"X|NV\d+|NODE|SYS|SOC|PHB|PXB|PIX|N/A")
+_LINK_VALUE = re.compile(r"^(?:NV\d+|NODE|SYS|SOC|PHB|PXB|PIX)$")
+_CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+_AFFINITY_TITLES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+# nvidia-smi's order, worst last; SOC is what drivers before ~2017 called SYS.
+_PCIE_ORDER = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def empty_partial(warnings=None):
+    """The partial with nothing known."""
+    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": list(warnings or [])}
+
+
+def new_gpu(index=None):
+    """A GPU entry of the partial with every field present and unknown."""
+    return {
+        "index": index,
+        "pci_bus_id": None,
+        "uuid": None,
+        "name": None,
+        "memory_mb": None,
+        "numa_node": None,
+        "local_cpus": None,
+        "mig_mode": None,
+        "pcie": None,
+        "vendor": "nvidia",
+    }
+
+
+def _split_devices(token):
+    """Split a header token into device names ("NIC8NIC9" -> two); None if
+    the token is not made of device names."""
+    if _DEVICE_RE.match(token):
+        return [token]
+    found = _DEVICE_SCAN.findall(token)
+    if found and "".join(found) == token:
+        return found
+    return None
+
+
+def _header_devices(line):
+    """Device names of a header line, or None when the line is no header."""
+    cut = len(line)
+    for title in _AFFINITY_TITLES:
+        pos = line.find(title)
+        if pos != -1:
+            cut = min(cut, pos)
+    names = []
+    for token in line[:cut].split():
+        parts = _split_devices(token)
+        if parts is None:
+            return None
+        names.extend(parts)
+    if not names or not names[0].startswith("GPU"):
+        return None
+    return names
+
+
+def _split_label(line):
+    """Return (label, rest) when the line is a matrix row, else (None, None)."""
+    stripped = line.strip()
+    match = re.match(r"^(%s)" % _DEVICE, stripped)
+    if not match:
+        return None, None
+    label = match.group(1)
+    rest = stripped[match.end():]
+    # "GPU10" must not read as GPU1 + "0": the label ends at whitespace or
+    # where a cell begins.
+    if rest and not rest[0].isspace() and not _CELL_SCAN.match(rest):
+        return None, None
+    if rest.lstrip().startswith(":"):
+        return None, None  # a NIC legend line ("NIC0: mlx5_0")
+    return label, rest
+
+
+def _read_cells(tokens, count):
+    """Take up to `count` link cells from the left of `tokens`, splitting
+    merged tokens; return (cells, remaining tokens)."""
+    cells = []
+    queue = list(tokens)
+    while queue and len(cells) < count:
+        match = _CELL_SCAN.match(queue[0])
+        if not match:
+            break
+        cells.append(match.group(0))
+        rest = queue[0][match.end():]
+        if rest:
+            queue[0] = rest
+        else:
+            queue.pop(0)
+    return cells, queue
+
+
+def _affinity_tokens(tokens):
+    """Split merged affinity tokens such as "0N/A" or "1N/A"."""
+    out = []
+    for token in tokens:
+        parts = re.findall(r"N/A|[\d,\-]+|[^\d,\-N]+|N", token)
+        out.extend(p for p in parts if p)
+    return out
+
+
+def _numa_of(text, label, warnings):
+    """NUMA Affinity cell -> (node or None)."""
+    if text is None:
+        return None
+    if text == "N/A":
+        warnings.append("%s: NUMA Affinity is N/A; NUMA node unknown" % label)
+        return None
+    try:
+        nodes = parse_cpulist(text)
+    except ValueError:
+        warnings.append("%s: unreadable NUMA Affinity %r" % (label, text))
+        return None
+    if len(nodes) == 1:
+        return nodes[0]
+    if len(nodes) > 1:
+        warnings.append(
+            "%s: NUMA Affinity %s names several nodes; NUMA node unknown" % (label, text)
+        )
+    return None
+
+
+def _cpus_of(text, label, warnings):
+    """CPU Affinity cell -> cpulist string or None."""
+    if text is None or text == "N/A":
+        return None
+    try:
+        cpus = parse_cpulist(text)
+    except ValueError:
+        warnings.append("%s: unreadable CPU Affinity %r" % (label, text))
+        return None
+    return format_cpulist(cpus) if cpus else None
+
+
+def _worse(a, b):
+    """The worse of two link classes (a damaged matrix may disagree)."""
+    def rank(value):
+        if value in _PCIE_ORDER:
+            return -_PCIE_ORDER.index(value)
+        return int(value[2:]) + 1
+
+    return a if rank(a) <= rank(b) else b
+
+
+def parse_topo_matrix(text):
+    """Parse `nvidia-smi topo -m` output into a partial. Never raises."""
+    try:
+        return _parse_topo_matrix(text)
+    except Exception as exc:  # pylint: disable=broad-except
+        # A parser bug must not take the fact module down: report and go on.
+        return empty_partial(["nvidia-smi topo -m: could not be read (%s: %s)" % (type(exc).__name__, exc)])
+
+
+def _parse_topo_matrix(text):
+    if not isinstance(text, str):
+        return empty_partial(["nvidia-smi topo -m: no text to read (got %s)" % type(text).__name__])
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    header_at = None
+    devices = None
+    for number, line in enumerate(lines):
+        devices = _header_devices(line)
+        if devices:
+            header_at = number
+            break
+    if header_at is None:
+        return empty_partial(["nvidia-smi topo -m: no header row with GPU columns found"])
+    warnings = []
+    header = lines[header_at]
+    titles = [t for t in _AFFINITY_TITLES if t in header]
+    if len(set(devices)) != len(devices):
+        warnings.append("nvidia-smi topo -m: repeated column names in the header")
+    nic_names = {}
+    rows = {}
+    for line in lines[header_at + 1:]:
+        legend = _NIC_LEGEND.match(line)
+        if legend:
+            nic_names[legend.group(1)] = legend.group(2)
+            continue
+        label, rest = _split_label(line)
+        if label is None or label not in devices or label in rows:
+            continue
+        cells, remaining = _read_cells(rest.split(), len(devices))
+        if len(cells) != len(devices):
+            warnings.append(
+                "nvidia-smi topo -m: row %s has %d of %d link cells; its links were not read"
+                % (label, len(cells), len(devices))
+            )
+            cells = None
+        elif cells[devices.index(label)] != "X":
+            warnings.append(
+                "nvidia-smi topo -m: row %s has no X on the diagonal; its links were not read" % label
+            )
+            cells = None
+        rows[label] = (cells, _affinity_tokens(remaining))
+
+    partial = empty_partial()
+    gpu_labels = [d for d in devices if d.startswith("GPU")]
+    node_cpus = {}
+    for label in gpu_labels:
+        gpu = new_gpu(int(label[3:]))
+        if label not in rows:
+            warnings.append("nvidia-smi topo -m: no row for %s" % label)
+            partial["gpus"].append(gpu)
+            continue
+        affinity = rows[label][1]
+        values = dict.fromkeys(titles)
+        if len(affinity) > len(titles):
+            warnings.append(
+                "nvidia-smi topo -m: row %s has unexpected cells %s" % (label, " ".join(affinity[: len(affinity) - len(titles)]))
+            )
+            affinity = affinity[len(affinity) - len(titles):]
+        # Cells are filled from the left: an empty cell (lost in the paste)
+        # is a missing one at the end, and GPU NUMA ID is the least needed.
+        for title, value in zip(titles, affinity):
+            values[title] = value
+        if len(affinity) < len(titles) and titles:
+            warnings.append(
+                "nvidia-smi topo -m: row %s has %d of %d affinity cells"
+                % (label, len(affinity), len(titles))
+            )
+        cpu_text = values.get("CPU Affinity")
+        if cpu_text is not None and not (cpu_text == "N/A" or _CPULIST.match(cpu_text)):
+            warnings.append("%s: unreadable CPU Affinity %r" % (label, cpu_text))
+            cpu_text = None
+        gpu["local_cpus"] = _cpus_of(cpu_text, label, warnings)
+        gpu["numa_node"] = _numa_of(values.get("NUMA Affinity"), label, warnings)
+        # "GPU NUMA ID" is the GPU's own memory node (Grace), not CPU
+        # locality: deliberately not used.
+        if gpu["numa_node"] is not None and gpu["local_cpus"]:
+            node_cpus.setdefault(gpu["numa_node"], set()).update(parse_cpulist(gpu["local_cpus"]))
+        partial["gpus"].append(gpu)
+
+    links = {}
+    for a in gpu_labels:
+        cells = rows.get(a, (None, None))[0]
+        if cells is None:
+            continue
+        for b in gpu_labels:
+            if a == b:
+                continue
+            value = cells[devices.index(b)]
+            if value == "SOC":
+                value = "SYS"
+            if value in ("N/A", "X") or not _LINK_VALUE.match(value):
+                if value != "N/A":
+                    warnings.append("nvidia-smi topo -m: %s-%s has cell %r" % (a, b, value))
+                continue
+            for x, y in ((a, b), (b, a)):
+                old = links.setdefault(x, {}).get(y)
+                if old is not None and old != value:
+                    if x == a:
+                        warnings.append(
+                            "nvidia-smi topo -m: %s-%s reads %s one way and %s the other; using the worse"
+                            % (a, b, value, old)
+                        )
+                    links[x][y] = _worse(old, value)
+                else:
+                    links[x][y] = value
+    partial["links"] = links
+    partial["numa_nodes"] = [
+        {"id": node, "cpus": format_cpulist(cpus)} for node, cpus in sorted(node_cpus.items())
+    ]
+    nics = []
+    for label in devices:
+        if label.startswith("GPU"):
+            continue
+        entry = {"name": label, "device": nic_names.get(label, None if label.startswith("NIC") else label), "links": {}}
+        for gpu_label in gpu_labels:
+            cells = rows.get(gpu_label, (None, None))[0]
+            if cells is not None and _LINK_VALUE.match(cells[devices.index(label)]):
+                entry["links"][gpu_label] = cells[devices.index(label)].replace("SOC", "SYS")
+        nics.append(entry)
+    partial["nics"] = nics
+    partial["warnings"] = warnings
+    return partial
+
+
+def _query_int(text):
+    match = re.match(r"^\s*(\d+)", text or "")
+    return int(match.group(1)) if match else None
+
+
+def parse_query_gpu(text):
+    """Parse the CSV of QUERY_COMMAND into a partial. Never raises."""
+    try:
+        return _parse_query_gpu(text)
+    except Exception as exc:  # pylint: disable=broad-except
+        return empty_partial(["nvidia-smi --query-gpu: could not be read (%s: %s)" % (type(exc).__name__, exc)])
+
+
+def _parse_query_gpu(text):
+    if not isinstance(text, str):
+        return empty_partial(["nvidia-smi --query-gpu: no text to read (got %s)" % type(text).__name__])
+    partial = empty_partial()
+    warnings = partial["warnings"]
+    rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r and any(c.strip() for c in r)]
+    for number, row in enumerate(rows, 1):
+        row = [c.strip() for c in row]
+        if row[0].lower() == "index":
+            continue  # a header line (run without noheader)
+        if len(row) != len(QUERY_FIELDS):
+            warnings.append(
+                "nvidia-smi --query-gpu: line %d has %d fields, expected %d: %s"
+                % (number, len(row), len(QUERY_FIELDS), ", ".join(row)[:200])
+            )
+            continue
+        index, uuid, name, bus_id, memory, mig = row
+        if not re.match(r"^\d+$", index):
+            warnings.append("nvidia-smi --query-gpu: line %d: index %r is not a number" % (number, index))
+            continue
+        gpu = new_gpu(int(index))
+        gpu["uuid"] = uuid if uuid.startswith(("GPU-", "MIG-")) else None
+        gpu["name"] = name or None
+        try:
+            gpu["pci_bus_id"] = normalize_bus_id(bus_id)
+        except ValueError:
+            warnings.append("nvidia-smi --query-gpu: GPU %s: bus id %r not readable" % (index, bus_id))
+        gpu["memory_mb"] = _query_int(memory)
+        mig = mig.lower()
+        gpu["mig_mode"] = mig if mig in ("enabled", "disabled") else None
+        partial["gpus"].append(gpu)
+    if not partial["gpus"] and not warnings:
+        warnings.append("nvidia-smi --query-gpu: no GPU lines")
+    return partial
