@@ -212,28 +212,26 @@ def _interfaces(reader, base):
 
 
 def _locality(reader, base, bus_id, kind, nodes, warnings):
-    """numa_node and local_cpus of a device; -1 falls back to local_cpulist."""
+    """(numa_node, local_cpus, reported) of a device.
+
+    numa_node -1 means the firmware did not say: for a NIC the one node
+    whose CPUs cover local_cpulist is taken; for a GPU numa_node stays None
+    and `reported` keeps the raw value, so that assembly can weigh the
+    other sources first and warn once.
+    """
     local = _cpulist_or_warn(reader, base + "/local_cpulist", warnings)
     local_cpus = None if not local else format_cpulist(local)
     raw = _strip(reader.read(base + "/numa_node"))
     node = _int_or_none(raw)
     if raw is not None and node is None:
         warnings.append("%s/numa_node %r is not a number" % (base, raw))
+    reported = None
     if node is not None and node < 0:
-        node = None
-        guess = node_for_cpus(local or [], nodes)
-        if kind == "GPU":
-            if guess is not None:
-                warnings.append(
-                    "GPU %s reports numa_node %s; NUMA node %d taken from its local CPUs %s"
-                    % (bus_id, raw, guess, local_cpus)
-                )
-            else:
-                warnings.append("GPU %s reports numa_node %s; NUMA node unknown" % (bus_id, raw))
-        node = guess
+        reported = raw
+        node = node_for_cpus(local or [], nodes) if kind == "NIC" else None
     elif node is not None and nodes and node not in [n["id"] for n in nodes]:
         warnings.append("%s %s reports numa_node %d, which is not a NUMA node here" % (kind, bus_id, node))
-    return node, local_cpus
+    return node, local_cpus, reported
 
 
 def pci_devices(reader, nodes, warnings):
@@ -249,7 +247,7 @@ def pci_devices(reader, nodes, warnings):
         vendor_id = (_strip(reader.read(base + "/vendor")) or "").lower()
         prefix = pci_class[:6]
         if prefix in GPU_CLASSES and vendor_id in GPU_VENDORS:
-            node, local_cpus = _locality(reader, base, bus_id, "GPU", nodes, warnings)
+            node, local_cpus, reported = _locality(reader, base, bus_id, "GPU", nodes, warnings)
             gpus.append({
                 "index": None,
                 "pci_bus_id": bus_id,
@@ -257,6 +255,7 @@ def pci_devices(reader, nodes, warnings):
                 "name": None,
                 "memory_mb": None,
                 "numa_node": node,
+                "numa_node_reported": reported,
                 "local_cpus": local_cpus,
                 "mig_mode": None,
                 "pcie": _pcie(reader, base),
@@ -266,7 +265,7 @@ def pci_devices(reader, nodes, warnings):
                 "pci_path": _pci_chain(reader, entry),
             })
         elif prefix in NIC_CLASSES:
-            node, local_cpus = _locality(reader, base, bus_id, "NIC", nodes, warnings)
+            node, local_cpus, _ = _locality(reader, base, bus_id, "NIC", nodes, warnings)
             nics.append({
                 "id": bus_id,
                 "pci_bus_id": bus_id,
@@ -307,15 +306,26 @@ def pci_link_class(path_a, path_b, node_a, node_b):
     return "PXB"
 
 
-def pci_tree_links(gpus):
+def _effective_node(device, nodes):
+    if device["numa_node"] is not None:
+        return device["numa_node"]
+    if device.get("local_cpus"):
+        node = node_for_cpus(parse_cpulist(device["local_cpus"]), nodes)
+        if node is not None:
+            return node
+    return nodes[0]["id"] if len(nodes) == 1 else None
+
+
+def pci_tree_links(gpus, nodes=()):
     """Links between every pair of GPUs from the PCI tree, keyed by bus id."""
     links = {}
     for a in gpus:
         row = {}
+        node_a = _effective_node(a, nodes)
         for b in gpus:
             if a is b:
                 continue
-            row[b["pci_bus_id"]] = pci_link_class(a["pci_path"], b["pci_path"], a["numa_node"], b["numa_node"])
+            row[b["pci_bus_id"]] = pci_link_class(a["pci_path"], b["pci_path"], node_a, _effective_node(b, nodes))
         links[a["pci_bus_id"]] = row
     return links
 
@@ -364,7 +374,7 @@ def collect(reader):
         "offline_cpus": format_cpulist(cpus["offline"]),
         "gpus": gpus,
         "nics": nics,
-        "links": pci_tree_links(gpus),
+        "links": pci_tree_links(gpus, nodes),
         "warnings": warnings,
         "found": found,
     }

@@ -200,8 +200,17 @@ class CaptureReader(Reader):
         self._commands = capture.get("commands") or {}
         self._children = None
 
+    def _through_links(self, path):
+        """The path with symlinks resolved when it differs, else None: a
+        capture may hold a file under either of its names."""
+        real = self.realpath(path) if self._symlinks else None
+        return real if real and real != posixpath.normpath(path) else None
+
     def read(self, path):
         value = self._files.get(path)
+        if value is None:
+            real = self._through_links(path)
+            value = self._files.get(real) if real else None
         return None if value is None else str(value)
 
     def _derived_children(self):
@@ -220,10 +229,15 @@ class CaptureReader(Reader):
 
     def listdir(self, path):
         path = posixpath.normpath(path)
-        if path in self._directories:
-            return sorted(str(name) for name in self._directories[path] or [])
-        names = self._derived_children().get(path)
-        return sorted(names) if names else None
+        for candidate in (path, self._through_links(path)):
+            if candidate is None:
+                continue
+            if candidate in self._directories:
+                return sorted(str(name) for name in self._directories[candidate] or [])
+            names = self._derived_children().get(candidate)
+            if names:
+                return sorted(names)
+        return None
 
     def readlink(self, path):
         value = self._symlinks.get(posixpath.normpath(path))

@@ -1,0 +1,220 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""sysfs.collect over small sysfs captures and over a real directory tree."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import sysfs
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CaptureReader, LiveReader
+
+from sysfs_builder import SysfsBuilder
+
+NVIDIA, AMD, INTEL, ASPEED, MATROX, MELLANOX = "0x10de", "0x1002", "0x8086", "0x1a03", "0x102b", "0x15b3"
+
+
+def two_socket_host():
+    """Two sockets, one NUMA node each, SMT pairs (0,4) (1,5) ... ."""
+    b = SysfsBuilder()
+    b.node(0, "0-1,4-5", memory_kb=2048 * 1024, distances=[10, 21])
+    b.node(1, "2-3,6-7", memory_kb=1024 * 1024, distances=[21, 10])
+    for cpu in range(8):
+        core = cpu % 4
+        b.cpu(cpu, 0 if core < 2 else 1, "%d,%d" % (core, core + 4))
+    b.online("0-7")
+    return b
+
+
+def collect(builder):
+    return sysfs.collect(CaptureReader(builder.capture()))
+
+
+def test_collect_numa_nodes_memory_distances_sockets():
+    facts = collect(two_socket_host())
+    assert facts["numa_nodes"] == [
+        {"id": 0, "cpus": "0-1,4-5", "memory_mb": 2048, "distances": {0: 10, 1: 21}, "socket": 0},
+        {"id": 1, "cpus": "2-3,6-7", "memory_mb": 1024, "distances": {0: 21, 1: 10}, "socket": 1},
+    ]
+    assert facts["sockets"] == [
+        {"id": 0, "numa_nodes": [0], "cpus": "0-1,4-5"},
+        {"id": 1, "numa_nodes": [1], "cpus": "2-3,6-7"},
+    ]
+    assert facts["smt_siblings"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert facts["warnings"] == []
+
+
+def test_collect_offline_cpus_left_out_with_warning():
+    b = two_socket_host().online("0-3,6-7")
+    # The kernel drops offline CPUs from the node's cpulist, but a capture
+    # taken mid-hotplug may still list them: they must not be bound to.
+    facts = collect(b)
+    assert facts["numa_nodes"][0]["cpus"] == "0-1"
+    assert facts["offline_cpus"] == "4-5"
+    assert facts["smt_siblings"] == [[0], [1], [2, 6], [3, 7]]
+    assert any("CPUs 4-5 are offline" in w for w in facts["warnings"])
+
+
+def test_collect_memory_only_node_has_empty_cpus_and_no_socket():
+    b = two_socket_host()
+    b.node(2, "", memory_kb=512 * 1024, distances=[30, 30, 10])
+    b.files["/sys/devices/system/node/node0/distance"] = "10 21 30\n"
+    b.files["/sys/devices/system/node/node1/distance"] = "21 10 30\n"
+    facts = collect(b)
+    node2 = facts["numa_nodes"][2]
+    assert node2 == {"id": 2, "cpus": "", "memory_mb": 512, "distances": {0: 30, 1: 30, 2: 10}, "socket": None}
+
+
+def test_collect_bad_distance_row_warns_and_leaves_empty():
+    b = two_socket_host()
+    b.files["/sys/devices/system/node/node1/distance"] = "21\n"
+    facts = collect(b)
+    assert facts["numa_nodes"][1]["distances"] == {}
+    assert any("node1/distance" in w for w in facts["warnings"])
+
+
+def test_collect_bad_cpulist_warns_naming_file():
+    b = two_socket_host()
+    b.files["/sys/devices/system/node/node1/cpulist"] = "2-x\n"
+    facts = collect(b)
+    assert facts["numa_nodes"][1]["cpus"] is None
+    assert any(w.startswith("/sys/devices/system/node/node1/cpulist") for w in facts["warnings"])
+
+
+def test_collect_gpu_classes_and_vendors():
+    b = two_socket_host()
+    root = ["pci0000:00", "0000:00:01.0"]
+    b.device("0000:01:00.0", root, "0x030200", NVIDIA, local_cpus="0-1,4-5")          # 3D controller
+    b.device("0000:02:00.0", ["pci0000:00"], "0x030000", ASPEED, numa_node="-1")     # BMC VGA
+    b.device("0000:03:00.0", ["pci0000:00"], "0x030000", MATROX, numa_node="-1")     # BMC VGA
+    b.device("0000:04:00.0", root, "0x068000", NVIDIA)                               # NVSwitch bridge
+    b.device("0000:05:00.0", root, "0x040300", NVIDIA)                               # GPU audio
+    b.device("0000:06:00.0", root, "0x120000", AMD, device="0x74a1")                 # MI300X
+    b.device("0000:07:00.0", root, "0x038000", AMD, device="0x740c")                 # MI250
+    b.device("0000:08:00.0", ["pci0000:00"], "0x030000", INTEL, device="0x56c0")     # Intel GPU
+    facts = collect(b)
+    assert [(g["pci_bus_id"], g["vendor"]) for g in facts["gpus"]] == [
+        ("0000:01:00.0", "nvidia"),
+        ("0000:06:00.0", "amd"),
+        ("0000:07:00.0", "amd"),
+        ("0000:08:00.0", "intel"),
+    ]
+    gpu = facts["gpus"][0]
+    assert gpu["numa_node"] == 0
+    assert gpu["local_cpus"] == "0-1,4-5"
+    assert gpu["pcie"] == {"current_speed": "16.0 GT/s PCIe", "max_speed": "16.0 GT/s PCIe",
+                           "current_width": 16, "max_width": 16}
+
+
+def test_collect_gpu_numa_minus_one_is_unknown_and_reported():
+    b = two_socket_host()
+    b.device("0000:01:00.0", ["pci0000:00"], "0x030200", NVIDIA, numa_node="-1", local_cpus="2-3,6-7")
+    gpu = collect(b)["gpus"][0]
+    # sysfs keeps what the kernel said; assembly weighs other sources first.
+    assert gpu["numa_node"] is None
+    assert gpu["numa_node_reported"] == "-1"
+    assert gpu["local_cpus"] == "2-3,6-7"
+
+
+def test_collect_nic_numa_minus_one_resolved_from_local_cpus():
+    b = two_socket_host()
+    b.device("0000:0c:00.0", ["pci0000:00"], "0x020700", MELLANOX, numa_node="-1", local_cpus="2-3",
+             infiniband=["mlx5_0"], net=["ib0"])
+    b.device("0000:0d:00.0", ["pci0000:00"], "0x020000", "0x14e4", numa_node="-1", local_cpus="0-7",
+             net=["eno1"])
+    nics = collect(b)["nics"]
+    assert nics[0]["vendor"] == "mellanox"
+    assert nics[0]["interfaces"] == ["ib0", "mlx5_0"]
+    assert nics[0]["numa_node"] == 1
+    # local_cpulist covering both nodes says nothing about the node.
+    assert nics[1]["vendor"] == "broadcom"
+    assert nics[1]["numa_node"] is None
+
+
+def test_collect_pcie_unknown_speed_and_zero_width_are_none():
+    b = two_socket_host()
+    b.device("0000:01:00.0", ["pci0000:00"], "0x030200", NVIDIA, width=(0, 16), speed=("Unknown", "32.0 GT/s PCIe"))
+    assert collect(b)["gpus"][0]["pcie"] == {
+        "current_speed": None, "max_speed": "32.0 GT/s PCIe", "current_width": None, "max_width": 16}
+
+
+def test_collect_no_pci_data_is_not_found():
+    facts = sysfs.collect(CaptureReader({"capture_version": 1}))
+    assert facts["found"] is False
+    assert facts["gpus"] == [] and facts["numa_nodes"] == [] and facts["links"] == {}
+
+
+def pci_tree_host():
+    b = two_socket_host()
+    up = ["pci0000:00", "0000:00:01.0", "0000:01:00.0"]  # root port, switch A upstream port
+    b.device("0000:03:00.0", up + ["0000:02:00.0"], "0x030200", NVIDIA)                          # switch A port 0
+    b.device("0000:04:00.0", up + ["0000:02:01.0"], "0x030200", NVIDIA)                          # switch A port 1
+    b.device("0000:07:00.0", up + ["0000:02:02.0", "0000:05:00.0", "0000:06:00.0"], "0x030200", NVIDIA)  # switch B
+    b.device("0000:08:00.0", ["pci0000:00", "0000:00:02.0"], "0x030200", NVIDIA)                 # own root port
+    b.device("0000:41:00.0", ["pci0000:40", "0000:40:01.0"], "0x030200", NVIDIA)                 # other host bridge
+    b.device("0000:81:00.0", ["pci0000:80", "0000:80:01.0"], "0x030200", NVIDIA, numa_node="1",
+             local_cpus="2-3,6-7")
+    return b
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    ("0000:03:00.0", "0000:04:00.0", "PIX"),   # same switch
+    ("0000:03:00.0", "0000:07:00.0", "PXB"),   # nested switches
+    ("0000:03:00.0", "0000:08:00.0", "PHB"),   # through the host bridge
+    ("0000:03:00.0", "0000:41:00.0", "NODE"),  # other host bridge, same node
+    ("0000:03:00.0", "0000:81:00.0", "SYS"),   # other socket
+    ("0000:41:00.0", "0000:81:00.0", "SYS"),
+])
+def test_collect_pci_tree_link_classes(a, b, expected):
+    links = collect(pci_tree_host())["links"]
+    assert links[a][b] == expected
+    assert links[b][a] == expected
+
+
+def test_pci_link_class_unknown_path_falls_back_to_numa():
+    path = {"host_bridge": "sys/devices/pci0000:00", "bridges": []}
+    assert sysfs.pci_link_class(None, path, 0, 0) == "NODE"
+    assert sysfs.pci_link_class(None, path, 0, 1) == "SYS"
+    assert sysfs.pci_link_class(None, path, None, None) == "SYS"
+
+
+def test_node_for_cpus_needs_exactly_one_covering_node():
+    nodes = [{"id": 0, "cpus": "0-3"}, {"id": 1, "cpus": "4-7"}, {"id": 2, "cpus": ""}]
+    assert sysfs.node_for_cpus([1, 2], nodes) == 0
+    assert sysfs.node_for_cpus([3, 4], nodes) is None
+    assert sysfs.node_for_cpus([], nodes) is None
+
+
+def write_tree(root, capture):
+    """Materialise a capture as a real directory tree with real symlinks."""
+    for path, content in capture["files"].items():
+        target = os.path.join(str(root), path.lstrip("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w") as handle:
+            handle.write(content)
+    for path, link in capture["symlinks"].items():
+        target = os.path.join(str(root), path.lstrip("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(link, target)
+
+
+def test_collect_live_reader_on_real_tree_matches_replay(tmp_path):
+    capture = pci_tree_host().capture()
+    write_tree(tmp_path, capture)
+    live = sysfs.collect(LiveReader(root=str(tmp_path)))
+    replay = sysfs.collect(CaptureReader(capture))
+    assert live == replay
+    assert live["links"]["0000:03:00.0"]["0000:04:00.0"] == "PIX"
+
+
+def test_collect_this_machine_live():
+    facts = sysfs.collect(LiveReader())
+    with open("/sys/devices/system/cpu/online") as handle:
+        online = parse_cpulist(handle.read())
+    assert facts["found"] is True
+    covered = sorted(c for node in facts["numa_nodes"] for c in parse_cpulist(node["cpus"]))
+    assert covered == online
