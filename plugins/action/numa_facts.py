@@ -1,0 +1,72 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Action for gpufleet.numa.numa_facts: replay capture= on the controller.
+
+Without capture= the module runs on the target as usual. With it, the
+capture file is read here and turned into facts by the same module_utils
+code the module uses; the target is never contacted.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture, summary
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("root", "record", "capture", "nvml", "nvidia_smi"))
+
+    def _resolve_capture(self, capture):
+        """Absolute path of the capture file on the controller, or None."""
+        if os.path.isabs(capture):
+            return capture if os.path.exists(capture) else None
+        try:
+            return self._find_needle("files", capture)
+        except AnsibleError:
+            pass
+        candidate = os.path.abspath(capture)
+        return candidate if os.path.exists(candidate) else None
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        capture = self._task.args.get("capture")
+        if not capture:
+            result = super(ActionModule, self).run(tmp, task_vars)
+            result.update(self._execute_module(task_vars=task_vars))
+            return result
+
+        result = super(ActionModule, self).run(tmp, task_vars)
+        result["changed"] = False
+        if not isinstance(capture, str):
+            return dict(result, failed=True, msg="capture must be a path to a capture file, got %r" % (capture,))
+        if self._task.args.get("record") not in (None, False, "false", "no", "False"):
+            return dict(result, failed=True, msg="capture and record cannot be used together: a replay records nothing")
+        path = self._resolve_capture(capture)
+        if path is None:
+            return dict(
+                result,
+                failed=True,
+                msg="capture file %s not found (looked in the files/ directories, the playbook directory and %s)"
+                % (capture, os.getcwd()),
+            )
+        try:
+            data = load_capture(path)
+            hostname = data.get("hostname") or task_vars.get("inventory_hostname")
+            facts = facts_from_capture(data, hostname=hostname)
+        except ValueError as exc:
+            # load_capture names the file it read; say which one the task asked for too.
+            return dict(result, failed=True, msg="capture %s: %s" % (capture, to_text(exc)))
+        result.update(
+            ansible_facts=dict(numa_topology=facts),
+            summary=summary(facts),
+            capture_file=path,
+        )
+        return result

@@ -1,0 +1,379 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: numa_facts
+short_description: Gather GPU, NUMA and PCIe topology facts
+version_added: "0.1.0"
+description:
+  - Reads the host's NUMA nodes, sockets, SMT siblings, GPUs, network adapters
+    and the GPU-to-GPU link matrix, and returns them as
+    C(ansible_facts.numa_topology) (schema version 1, see C(docs/facts.md)).
+  - Sources, in order of precedence for links - NVML (when the C(pynvml)
+    module imports on the target), C(nvidia-smi) (when NVML did not list the
+    GPUs), and sysfs (every Linux host, any GPU vendor; the PCI tree gives
+    PIX/PXB/PHB/NODE/SYS).
+  - With O(capture), nothing runs on the target - the action plugin replays a
+    recorded capture file on the controller through the same code.
+  - With O(record=true) the result also holds C(capture), the raw inputs this
+    run read, to be saved as a capture file and replayed later.
+author:
+  - gpufleet.numa contributors
+requirements:
+  - Python 3.8 or later on the target, standard library only.
+options:
+  root:
+    description:
+      - Directory under which C(/sys) is read. Use it for a copied sysfs tree or
+        a host file system mounted into a container.
+    type: path
+    default: /
+  record:
+    description:
+      - Also return C(capture), everything this run read (files, symlinks,
+        directory listings, command output, the NVML record).
+      - Commands such as C(nvidia-smi topo -m) are run and recorded even when
+        NVML already answered, so that the capture is complete.
+    type: bool
+    default: false
+  capture:
+    description:
+      - Path of a capture file (YAML or JSON, C(capture_version: 1)) on the
+        controller to replay instead of reading the target.
+      - Relative paths are looked up like other controller files (the role or
+        playbook C(files/) directory, the playbook directory, then the current
+        directory).
+      - Handled by the action plugin; the target is not contacted.
+    type: path
+  nvml:
+    description:
+      - Try to import C(pynvml) (package C(nvidia-ml-py)) on the target and
+        read GPUs and NVLinks through NVML.
+    type: bool
+    default: true
+  nvidia_smi:
+    description:
+      - Name or path of the C(nvidia-smi) binary. It runs, in the C locale,
+        only when NVML is unavailable and sysfs shows NVIDIA GPUs (or O(record)
+        is set). A missing binary is not an error.
+    type: str
+    default: nvidia-smi
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is nothing to diff.
+  facts:
+    support: full
+    description: Sets C(ansible_facts.numa_topology).
+notes:
+  - NVML is used when the target's Python can C(import pynvml) (from the
+    C(nvidia-ml-py) package); it is never required. Without it and without
+    C(nvidia-smi), GPU names, UUIDs and NVLinks are unknown (null) and links
+    come from the PCI tree only.
+  - A GPU whose NUMA node no source can tell gets C(numa_node=null) and a
+    warning, never a made-up 0.
+  - Facts gathering never reports C(changed).
+seealso:
+  - name: Topology facts schema
+    description: docs/facts.md in the collection.
+    link: https://github.com/gpufleet/numa/blob/main/docs/facts.md
+"""
+
+EXAMPLES = r"""
+- name: Gather NUMA topology facts
+  gpufleet.numa.numa_facts:
+
+- name: Show what the placement will see
+  ansible.builtin.debug:
+    var: ansible_facts.numa_topology.gpus
+
+- name: Record this host's topology for later replay
+  gpufleet.numa.numa_facts:
+    record: true
+  register: numa_record
+
+- name: Replay a recorded capture instead of reading the host
+  gpufleet.numa.numa_facts:
+    capture: captures/gpu-a.yml
+
+# Ad-hoc audit of a whole inventory:
+#   ansible all -i inventories/prod -m gpufleet.numa.numa_facts
+# and of a capture file, without any host:
+#   ansible localhost -m gpufleet.numa.numa_facts -a capture=captures/gpu-a.yml
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: dict
+  contains:
+    numa_topology:
+      description: The host's topology, schema version 1 (docs/facts.md).
+      returned: always
+      type: dict
+      contains:
+        schema_version:
+          description: Version of this schema.
+          type: int
+          returned: always
+          sample: 1
+        hostname:
+          description: Host name the facts describe.
+          type: str
+          returned: always
+          sample: gpu-a
+        sources:
+          description: Sources that contributed (sysfs, nvml, nvidia-smi, capture).
+          type: list
+          elements: str
+          returned: always
+          sample: [sysfs, nvml]
+        sockets:
+          description: CPU sockets (physical packages); empty when unknown.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            id:
+              description: Physical package id.
+              type: int
+              sample: 0
+            numa_nodes:
+              description: NUMA nodes whose CPUs are on this socket.
+              type: list
+              elements: int
+              sample: [0]
+            cpus:
+              description: CPUs of the socket as a cpulist.
+              type: str
+              sample: "0-31,64-95"
+        numa_nodes:
+          description: NUMA nodes.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            id:
+              description: Node id.
+              type: int
+              sample: 0
+            cpus:
+              description: Online CPUs of the node as a cpulist; empty for a memory-only node, null when unknown.
+              type: str
+              sample: "0-31,64-95"
+            memory_mb:
+              description: Node memory in MiB; null when unknown.
+              type: int
+              sample: 515000
+            distances:
+              description: SLIT distance to every node by node id; empty when unknown.
+              type: dict
+              sample: {0: 10, 1: 21}
+            socket:
+              description: Socket of the node's CPUs; null when unknown.
+              type: int
+              sample: 0
+        smt_siblings:
+          description: One list of hardware threads per physical core; empty when unknown.
+          type: list
+          elements: list
+          returned: always
+          sample: [[0, 64], [1, 65]]
+        gpus:
+          description: GPUs sorted by PCI bus id.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            id:
+              description: Stable key - the PCI bus id, or C(GPU<index>) when no source knows it.
+              type: str
+              sample: "0000:1a:00.0"
+            index:
+              description: NVML / nvidia-smi index (PCI order); null for non-NVIDIA GPUs.
+              type: int
+              sample: 0
+            pci_bus_id:
+              description: PCI bus id, lower case with a 4-digit domain; null when unknown.
+              type: str
+              sample: "0000:1a:00.0"
+            uuid:
+              description: GPU UUID; null when unknown.
+              type: str
+              sample: GPU-8f4c2a1e-0b7d-4c59-9e83-2d5b6f0a1c34
+            name:
+              description: Product name; null when unknown.
+              type: str
+              sample: NVIDIA H100 80GB HBM3
+            vendor:
+              description: nvidia, amd, intel or other.
+              type: str
+              sample: nvidia
+            numa_node:
+              description: NUMA node the GPU is attached to; null (with a warning) when unknown.
+              type: int
+              sample: 0
+            local_cpus:
+              description: CPUs local to the GPU as a cpulist; null when unknown.
+              type: str
+              sample: "0-31,64-95"
+            memory_mb:
+              description: GPU memory in MiB; null when unknown.
+              type: int
+              sample: 81559
+            mig_mode:
+              description: enabled, disabled, or null when unknown.
+              type: str
+              sample: disabled
+            pcie:
+              description: PCIe link; each value null when unknown.
+              type: dict
+              contains:
+                current_speed:
+                  description: Current link speed as sysfs writes it.
+                  type: str
+                  sample: "2.5 GT/s PCIe"
+                max_speed:
+                  description: Maximum link speed.
+                  type: str
+                  sample: "32.0 GT/s PCIe"
+                current_width:
+                  description: Current link width (lanes).
+                  type: int
+                  sample: 16
+                max_width:
+                  description: Maximum link width (lanes).
+                  type: int
+                  sample: 16
+        nics:
+          description: Ethernet and InfiniBand adapters found on the PCI bus.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            id:
+              description: PCI bus id.
+              type: str
+              sample: "0000:0c:00.0"
+            pci_bus_id:
+              description: PCI bus id.
+              type: str
+              sample: "0000:0c:00.0"
+            vendor:
+              description: Vendor name (mellanox, intel, broadcom, ...) or other.
+              type: str
+              sample: mellanox
+            interfaces:
+              description: Network and InfiniBand device names, sorted.
+              type: list
+              elements: str
+              sample: [ens1f0, mlx5_0]
+            numa_node:
+              description: NUMA node; null when unknown.
+              type: int
+              sample: 0
+            local_cpus:
+              description: Local CPUs as a cpulist; null when unknown.
+              type: str
+              sample: "0-31,64-95"
+            pcie:
+              description: PCIe link, as for GPUs.
+              type: dict
+              sample: {current_speed: "16.0 GT/s PCIe", max_speed: "16.0 GT/s PCIe", current_width: 16, max_width: 16}
+        links:
+          description: >-
+            GPU pair to link class (NV<n>, XGMI<n>, PIX, PXB, PHB, NODE, SYS), keyed by GPU id in both
+            directions, no self pairs.
+          type: dict
+          returned: always
+          sample: {"0000:1a:00.0": {"0000:1b:00.0": NV18}}
+        warnings:
+          description: Everything that is unknown, odd or contradictory.
+          type: list
+          elements: str
+          returned: always
+          sample: ["GPU 0000:3b:00.0 reports numa_node -1; NUMA node unknown"]
+summary:
+  description: Human-readable lines - per NUMA node its CPUs, memory and GPUs (index, bus id, name), then warnings.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "gpu-a: 2 NUMA node(s), 2 socket(s), 8 GPU(s); sources: sysfs, nvml"
+    - "NUMA node 0 (socket 0): CPUs 0-31,64-95; memory 515000 MB"
+    - "  GPU 0 0000:1a:00.0 NVIDIA H100 80GB HBM3"
+capture:
+  description: >-
+    The raw inputs this run read (capture_version 1 - hostname, files, symlinks, directories,
+    commands, nvml); save it as YAML or JSON and replay it with O(capture).
+  returned: when O(record=true)
+  type: dict
+  sample: {capture_version: 1, hostname: gpu-a, files: {"/sys/devices/system/node/node0/cpulist": "0-1\n"}}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather_live, summary
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import C_LOCALE
+
+ARGUMENT_SPEC = dict(
+    root=dict(type="path", default="/"),
+    record=dict(type="bool", default=False),
+    capture=dict(type="path"),
+    nvml=dict(type="bool", default=True),
+    nvidia_smi=dict(type="str", default="nvidia-smi"),
+)
+
+
+def _import_pynvml():
+    try:
+        import pynvml  # from nvidia-ml-py; optional
+    except Exception:  # a broken binding must not fail fact gathering
+        return None
+    return pynvml
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    if params["capture"]:
+        module.fail_json(
+            msg="capture=%s must be replayed on the controller by the gpufleet.numa.numa_facts action "
+            "plugin; call the module by that name (or through the collection's ansible.cfg)" % params["capture"]
+        )
+
+    def runner(argv):
+        return module.run_command(argv, environ_update=C_LOCALE)
+
+    def which(name):
+        if "/" in name:
+            return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+        return module.get_bin_path(name)
+
+    pynvml = _import_pynvml() if params["nvml"] else None
+    try:
+        facts, capture = gather_live(
+            root=params["root"], runner=runner, which=which, nvidia_smi_binary=params["nvidia_smi"],
+            pynvml=pynvml, use_nvml=params["nvml"], record=params["record"],
+        )
+    except ValueError as exc:
+        module.fail_json(msg="numa_facts: %s" % exc)
+    result = dict(changed=False, ansible_facts=dict(numa_topology=facts), summary=summary(facts))
+    if capture is not None:
+        result["capture"] = capture
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
