@@ -246,7 +246,7 @@ def _collect(pynvml, raw, errors, cpu_count):
                 continue
             handles.append((index, handle))
             raw["devices"].append(_collect_device(pynvml, index, handle, cpu_words))
-        if not hasattr(pynvml, "nvmlDeviceGetTopologyCommonAncestor"):
+        if getattr(pynvml, "nvmlDeviceGetTopologyCommonAncestor", None) is None:
             errors["topology"] = "nvmlDeviceGetTopologyCommonAncestor is not available in these NVML bindings"
             return
         for i, (a, handle_a) in enumerate(handles):
