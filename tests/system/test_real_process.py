@@ -1,0 +1,340 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Real processes from real rendered units, behind the real gateway.
+
+The roles gpufleet.numa.vllm and gpufleet.numa.gateway render a three-host
+fleet plan (fixtures/plan_three_hosts.yml) into a staging directory. Each
+rendered unit is then executed the way systemd would (its ExecStart= and
+environment, read by systemd_exec), with only numactl's node and CPU
+arguments moved to this machine's NUMA node 0 and vLLM replaced by the
+stub. The gateway's HAProxy configuration is run by the real haproxy, and
+requests go through it over loopback. Each planned host gets its own
+127.0.0.x address, as it would have its own IP.
+"""
+
+import getpass
+import grp
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from fleet_processes import (
+    SYSTEMD_BASE_ENVIRONMENT, ProcessGroup, free_port, haproxy_server_states, http_request,
+    is_numactl, ports_free, rebind_to_local_node, split_numactl, wait_for_health, wait_until,
+)
+from systemd_exec import service_process
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+STUB = REPO / "tests" / "stub" / "vllm-stub"
+ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+PYTHON = REPO / ".venv" / "bin" / "python"
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+NUMACTL = shutil.which("numactl") or "/usr/bin/numactl"
+LOCAL_NODE = 0
+
+# A model name that breaks any ExecStart= quoting that is not right.
+MODEL = 'acme/Llama "7B" 100% $HOME \\ tuned'
+SERVED_NAME = "llama-7b"
+API_KEY = 'k3y "with" $pecial \\ chars'
+REQUESTS = 40
+
+pytestmark = [
+    pytest.mark.skipif(not os.access(HAPROXY, os.X_OK), reason="haproxy is not installed (scripts/setup)"),
+    pytest.mark.skipif(not os.access(NUMACTL, os.X_OK), reason="numactl is not installed (scripts/setup)"),
+    pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"), reason="kernel without NUMA support"),
+]
+
+PLAYBOOK = """\
+- name: One NUMA-bound unit per planned instance
+  hosts: gpu_servers
+  gather_facts: false
+  roles:
+    - role: gpufleet.numa.vllm
+      vars:
+        vllm_instances: "{{ plan.instances | selectattr('host', 'equalto', inventory_hostname) | list }}"
+
+- name: The gateway in front of every instance
+  hosts: gateways
+  gather_facts: false
+  roles:
+    - role: gpufleet.numa.gateway
+      vars:
+        gateway_backends: "{{ plan | gpufleet.numa.gateway_backends(hostvars) }}"
+"""
+
+
+def load_plan(addresses):
+    """The fixture plan with API ports moved to ports free on each host's
+    address (same offset for all, as fleet_plan's base_port would)."""
+    with open(HERE / "fixtures" / "plan_three_hosts.yml") as fixture:
+        plan = yaml.safe_load(fixture)
+    rng = random.Random()
+    for _ in range(50):
+        offset = rng.randrange(10000, 50000, 10) - 8000
+        if all(ports_free(addresses[i["host"]], [i["port"] + offset]) for i in plan["instances"]):
+            break
+    else:
+        raise RuntimeError("no free port range found on %s" % sorted(addresses.values()))
+    for instance in plan["instances"]:
+        instance["port"] += offset
+    return plan
+
+
+def inventory(staging, addresses, gateway):
+    """Inventory: one local host per planned host, plus the gateway."""
+    user = getpass.getuser()
+    group = grp.getgrgid(os.getgid()).gr_name
+    hosts = {}
+    for host, address in addresses.items():
+        root = staging / host
+        hosts[host] = {
+            "vllm_listen_host": address,
+            "vllm_unit_dir": str(root / "etc" / "systemd" / "system"),
+            "vllm_config_dir": str(root / "etc" / "vllm"),
+            "vllm_state_dir": str(root / "var" / "lib" / "vllm"),
+            "vllm_libexec_dir": str(root / "usr" / "libexec" / "gpufleet"),
+        }
+    return {"all": {
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": str(PYTHON)},
+        "children": {
+            "gpu_servers": {
+                "hosts": hosts,
+                "vars": {
+                    "vllm_model": MODEL,
+                    "vllm_served_model_name": SERVED_NAME,
+                    "vllm_binding": "numactl",
+                    "vllm_numactl": NUMACTL,
+                    "vllm_install": False,
+                    "vllm_executable": str(STUB),
+                    "vllm_manage_user": False,
+                    "vllm_user": user,
+                    "vllm_group": group,
+                    "vllm_manage_service": False,
+                    "vllm_api_key": API_KEY,
+                    "vllm_extra_args": {"max-model-len": 4096},
+                    "vllm_shutdown_timeout": 5,
+                },
+            },
+            "gateways": {
+                "hosts": {"gateway": {
+                    "gateway_install": False,
+                    "gateway_manage_service": False,
+                    "gateway_config_path": str(staging / "gateway" / "etc" / "haproxy" / "haproxy.cfg"),
+                    "gateway_listen_address": "127.0.0.1",
+                    "gateway_listen_port": gateway["port"],
+                    "gateway_stats_port": gateway["stats_port"],
+                    "gateway_haproxy": HAPROXY,
+                    # Unprivileged, in the foreground: no user switch, chroot or sockets under /run.
+                    "gateway_user": "",
+                    "gateway_group": "",
+                    "gateway_chroot": "",
+                    "gateway_admin_socket": "",
+                    "gateway_log_target": "",
+                    # Fast checks so that a dead backend leaves within a second.
+                    "gateway_check_interval": "300ms",
+                    "gateway_check_fall": 2,
+                    "gateway_check_rise": 1,
+                }},
+            },
+        },
+    }}
+
+
+def render_with_roles(tmp_path, plan, addresses, gateway):
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory(tmp_path / "staging", addresses, gateway)))
+    (tmp_path / "plan.json").write_text(json.dumps({"plan": plan}))
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible-tmp"))
+    result = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(tmp_path / "inventory.yml"), "-e", "@%s" % (tmp_path / "plan.json"),
+         str(tmp_path / "play.yml")],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-6000:]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Render, start every instance and the gateway; stop them all at the end."""
+    tmp_path = tmp_path_factory.mktemp("real-process")
+    addresses = {"gpu-a": "127.0.0.21", "gpu-b": "127.0.0.22", "gpu-c": "127.0.0.23"}
+    plan = load_plan(addresses)
+    gateway = {"address": "127.0.0.1", "port": free_port("127.0.0.1")}
+    gateway["stats_port"] = free_port("127.0.0.1")
+    render_with_roles(tmp_path, plan, addresses, gateway)
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    processes = ProcessGroup(str(logs))
+    instances = []
+    try:
+        shared_slot = 0
+        for instance in plan["instances"]:
+            unit = (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
+                    / ("gpufleet-%s.service" % instance["name"]))
+            process = service_process(str(unit), SYSTEMD_BASE_ENVIRONMENT)
+            rendered_argv = process["argv"]
+            assert is_numactl(rendered_argv[0]), "%s does not start with numactl: %r" % (unit, rendered_argv)
+            argv, binding = rebind_to_local_node(rendered_argv, LOCAL_NODE, slot=shared_slot)
+            if instance["cpus_shared_node"]:
+                shared_slot += 1
+            _, _, program = split_numactl(argv)
+            assert program[0] == str(STUB), "unit %s runs %s, not the stub" % (unit, program[0])
+            key = "%s-%s" % (instance["host"], instance["name"])
+            processes.start(key, argv, process["environment"], cwd=process["working_directory"])
+            instances.append({"key": key, "plan": instance, "address": addresses[instance["host"]],
+                              "unit": process, "binding": binding, "argv": argv})
+        for entry in instances:
+            wait_for_health(processes, entry["key"], entry["address"], entry["plan"]["port"])
+
+        config = tmp_path / "staging" / "gateway" / "etc" / "haproxy" / "haproxy.cfg"
+        processes.start("haproxy", [HAPROXY, "-db", "-f", str(config)], dict(os.environ))
+        wait_for_health(processes, "haproxy", gateway["address"], gateway["port"])
+
+        def all_up():
+            try:
+                states = haproxy_server_states(gateway["address"], gateway["stats_port"])
+            except OSError:
+                return False
+            return len(states) == len(instances) and set(states.values()) == {"UP"}
+        wait_until(all_up, 15, what="every backend UP in HAProxy")
+        yield {"instances": instances, "gateway": gateway, "processes": processes, "plan": plan,
+               "config": config}
+    finally:
+        processes.stop_all()
+
+
+def completion(gateway, key=API_KEY, stream=False, path="/v1/completions"):
+    body = {"model": SERVED_NAME, "prompt": "Hello", "max_tokens": 4, "stream": stream}
+    if path.endswith("chat/completions"):
+        body = {"model": SERVED_NAME, "messages": [{"role": "user", "content": "Hello"}],
+                "max_tokens": 4, "stream": stream}
+    headers = {"Authorization": "Bearer " + key} if key else {}
+    return http_request(gateway["address"], gateway["port"], "POST", path, body, headers, timeout=5.0)
+
+
+def test_rendered_units_bind_the_planned_nodes(fleet):
+    for entry in fleet["instances"]:
+        plan, requested = entry["plan"], entry["binding"]["requested"]
+        nodes = ",".join(str(node) for node in plan["numa_nodes"])
+        if plan["memory_policy"] == "interleave":
+            assert requested.get("interleave") == nodes, (entry["key"], requested)
+        else:
+            assert requested.get("membind") == nodes, (entry["key"], requested)
+        if plan["cpus_shared_node"]:
+            assert requested.get("physcpubind") == plan["cpus"], (entry["key"], requested)
+            assert "cpunodebind" not in requested
+        else:
+            assert requested.get("cpunodebind") == nodes, (entry["key"], requested)
+
+
+def test_stub_processes_run_with_the_binding_numactl_applied(fleet):
+    for entry in fleet["instances"]:
+        status, _, body = http_request(entry["address"], entry["plan"]["port"], "GET", "/debug/binding")
+        assert status == 200
+        report = json.loads(body)
+        assert report["cpus"] == entry["binding"]["cpus"], entry["key"]
+        assert report["memory_policy"] == entry["binding"]["memory_policy"], entry["key"]
+        assert report["mems_allowed"] == str(LOCAL_NODE), entry["key"]
+
+
+def test_stub_processes_see_the_planned_gpus_and_ports(fleet):
+    for entry in fleet["instances"]:
+        plan = entry["plan"]
+        status, _, body = http_request(entry["address"], plan["port"], "GET", "/debug/binding")
+        report = json.loads(body)
+        assert report["environment"]["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in plan["gpu_indices"])
+        assert report["environment"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert report["environment"]["VLLM_PORT"] == str(plan["dist_port"])
+        assert report["model"] == MODEL, "the model name did not survive ExecStart= quoting"
+        assert report["served_model_names"] == [SERVED_NAME]
+        assert report["tensor_parallel_size"] == plan["tp_size"]
+        assert report["pipeline_parallel_size"] == plan["pp_size"]
+        assert (report["host"], report["port"]) == (entry["address"], plan["port"])
+        assert report["argv"][1:] == entry["argv"][entry["argv"].index(str(STUB)) + 1:]
+
+
+def test_gateway_spreads_requests_over_every_backend(fleet):
+    by_port = {(e["address"], e["plan"]["port"]): e for e in fleet["instances"]}
+    answered = {}
+    for _ in range(REQUESTS):
+        status, headers, body = completion(fleet["gateway"])
+        assert status == 200, body
+        report = json.loads(body)["stub_binding"]
+        entry = by_port[(report["host"], report["port"])]
+        # The answer came from the NUMA-bound process of that instance.
+        assert report["cpus"] == entry["binding"]["cpus"]
+        assert report["memory_policy"] == entry["binding"]["memory_policy"]
+        answered[entry["key"]] = answered.get(entry["key"], 0) + 1
+    assert sorted(answered) == sorted(e["key"] for e in fleet["instances"]), answered
+    # leastconn with equal load takes turns: no backend is starved.
+    assert min(answered.values()) >= REQUESTS // len(fleet["instances"]) // 2, answered
+
+
+def test_gateway_streams_server_sent_events(fleet):
+    status, headers, body = completion(fleet["gateway"], stream=True, path="/v1/chat/completions")
+    assert status == 200
+    assert headers.get("content-type") == "text/event-stream"
+    events = [line[len("data: "):] for line in body.decode().split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert len(chunks) == 4
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == "stub0 stub1 stub2 stub3"
+
+
+def test_gateway_passes_the_api_key_check_through(fleet):
+    status, _, body = completion(fleet["gateway"], key=None)
+    assert status == 401, body
+    status, _, _ = completion(fleet["gateway"], key="wrong")
+    assert status == 401
+    status, _, body = http_request(fleet["gateway"]["address"], fleet["gateway"]["port"], "GET", "/v1/models",
+                                   headers={"Authorization": "Bearer " + API_KEY})
+    assert status == 200
+    assert [model["id"] for model in json.loads(body)["data"]] == [SERVED_NAME]
+
+
+def test_gateway_takes_a_dead_backend_out_and_instances_stop_cleanly(fleet):
+    """Runs last: it kills one instance and then stops the others."""
+    gateway, processes = fleet["gateway"], fleet["processes"]
+    victim = fleet["instances"][1]
+    survivors = [e for e in fleet["instances"] if e is not victim]
+    processes.signal(victim["key"], signal.SIGKILL)
+    killed_at = time.monotonic()
+
+    def victim_down():
+        return haproxy_server_states(gateway["address"], gateway["stats_port"]).get(victim["key"], "").startswith("DOWN")
+    wait_until(victim_down, 10, what="HAProxy marking %s DOWN" % victim["key"])
+    detected_after = time.monotonic() - killed_at
+    states = haproxy_server_states(gateway["address"], gateway["stats_port"])
+    assert all(states[e["key"]] == "UP" for e in survivors), states
+
+    answered = set()
+    for _ in range(REQUESTS):
+        status, _, body = completion(gateway)
+        assert status == 200, body
+        report = json.loads(body)["stub_binding"]
+        answered.add((report["host"], report["port"]))
+    assert (victim["address"], victim["plan"]["port"]) not in answered
+    assert answered == {(e["address"], e["plan"]["port"]) for e in survivors}
+    status, _, _ = http_request(gateway["address"], gateway["port"], "GET", "/gateway/health")
+    assert status == 200
+    print("HAProxy marked the killed backend DOWN after %.2fs" % detected_after)
+
+    # Like systemd stopping the units: SIGTERM, and every stub exits 0.
+    for entry in survivors:
+        assert processes.stop(entry["key"]) == 0, processes.log(entry["key"])
+
+    # With no backend left the gateway says so on its own health path.
+    wait_until(lambda: http_request(gateway["address"], gateway["port"], "GET", "/gateway/health")[0] == 503,
+               10, what="the gateway's health path to answer 503")
