@@ -23,6 +23,8 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
 PCI_DIR = "/sys/bus/pci/devices"
+KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+KFD_LINK_XGMI = 11  # io_link type of an XGMI link (type 2 is PCIe)
 
 GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
 # VGA, 3D controller, processing accelerator, and "other display
@@ -330,6 +332,45 @@ def pci_tree_links(gpus, nodes=()):
     return links
 
 
+def _properties(text):
+    values = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            values[parts[0]] = _int_or_none(parts[1])
+    return values
+
+
+def kfd_xgmi_links(reader, warnings):
+    """AMD XGMI links from the KFD topology: {bus id: {bus id: "XGMI<n>"}},
+    n = the number of XGMI io_links between the two GPUs."""
+    bus_of = {}
+    links = {}
+    nodes = [n for n in reader.listdir(KFD_NODES) or [] if n.isdigit()]
+    for node in nodes:
+        props = _properties(reader.read("%s/%s/properties" % (KFD_NODES, node)))
+        location = props.get("location_id")
+        if not props.get("simd_count") or location is None:
+            continue  # a CPU node
+        bus_of[int(node)] = "%04x:%02x:%02x.%d" % (
+            props.get("domain") or 0, location >> 8, (location >> 3) & 0x1F, location & 0x7)
+    for node in nodes:
+        if int(node) not in bus_of:
+            continue
+        base = "%s/%s/io_links" % (KFD_NODES, node)
+        for link in reader.listdir(base) or []:
+            props = _properties(reader.read("%s/%s/properties" % (base, link)))
+            if props.get("type") != KFD_LINK_XGMI:
+                continue
+            peer = bus_of.get(props.get("node_to"))
+            if peer is None:
+                warnings.append("%s/%s: XGMI link to KFD node %s, which is not a GPU" % (base, link, props.get("node_to")))
+                continue
+            row = links.setdefault(bus_of[int(node)], {})
+            row[peer] = row.get(peer, 0) + 1
+    return dict((a, dict((b, "XGMI%d" % n) for b, n in row.items())) for a, row in links.items())
+
+
 def collect(reader):
     """Everything sysfs says, as plain dicts (see module docstring).
 
@@ -367,6 +408,12 @@ def collect(reader):
 
     gpus, nics = pci_devices(reader, nodes, warnings)
     found = bool(nodes or cpus["online"] or gpus or nics or reader.listdir(PCI_DIR))
+    links = pci_tree_links(gpus, nodes)
+    # XGMI beats any PCIe path between the same two AMD GPUs.
+    for a, row in kfd_xgmi_links(reader, warnings).items():
+        for b, cls in row.items():
+            if a in links and b in links[a]:
+                links[a][b] = cls
     return {
         "numa_nodes": nodes,
         "sockets": socket_list,
@@ -374,7 +421,7 @@ def collect(reader):
         "offline_cpus": format_cpulist(cpus["offline"]),
         "gpus": gpus,
         "nics": nics,
-        "links": pci_tree_links(gpus, nodes),
+        "links": links,
         "warnings": warnings,
         "found": found,
     }

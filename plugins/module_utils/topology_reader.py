@@ -305,7 +305,8 @@ def _parse_text(text, name):
         yaml = None
     if yaml is not None:
         try:
-            return yaml.safe_load(text)
+            # libyaml's loader is 10-20x faster on large captures.
+            return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as exc:
             raise ValueError("capture %s is not valid YAML or JSON: %s" % (name, str(exc).splitlines()[0]))
     try:

@@ -218,3 +218,26 @@ def test_collect_this_machine_live():
     assert facts["found"] is True
     covered = sorted(c for node in facts["numa_nodes"] for c in parse_cpulist(node["cpus"]))
     assert covered == online
+
+
+def kfd_node(b, node, props, links=()):
+    base = "/sys/class/kfd/kfd/topology/nodes/%d" % node
+    b.files[base + "/properties"] = "".join("%s %d\n" % kv for kv in props.items())
+    for i, (kind, to) in enumerate(links):
+        b.files["%s/io_links/%d/properties" % (base, i)] = "type %d\nnode_from %d\nnode_to %d\nweight 15\n" % (
+            kind, node, to)
+
+
+def test_collect_kfd_xgmi_links_override_pci_tree():
+    b = two_socket_host()
+    b.device("0000:c1:00.0", ["pci0000:c0", "0000:c0:01.1"], "0x038000", AMD)
+    b.device("0000:c5:00.0", ["pci0000:c4", "0000:c4:01.1"], "0x038000", AMD)
+    b.device("0000:c9:00.0", ["pci0000:c8", "0000:c8:01.1"], "0x038000", AMD)
+    kfd_node(b, 0, {"cpu_cores_count": 8, "simd_count": 0, "location_id": 0})
+    kfd_node(b, 1, {"simd_count": 4, "location_id": 0xC100, "domain": 0}, [(2, 0), (11, 2), (11, 2)])
+    kfd_node(b, 2, {"simd_count": 4, "location_id": 0xC500, "domain": 0}, [(2, 0), (11, 1), (11, 1)])
+    kfd_node(b, 3, {"simd_count": 4, "location_id": 0xC900, "domain": 0}, [(2, 0), (11, 7)])
+    facts = collect(b)
+    assert facts["links"]["0000:c1:00.0"] == {"0000:c5:00.0": "XGMI2", "0000:c9:00.0": "NODE"}
+    assert facts["links"]["0000:c5:00.0"]["0000:c1:00.0"] == "XGMI2"
+    assert any("KFD node 7, which is not a GPU" in w for w in facts["warnings"])

@@ -1,0 +1,279 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Topology assembly: recorded machines, source precedence, warnings."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.nvidia_smi import QUERY_COMMAND, TOPO_COMMAND
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CaptureReader, LiveReader
+
+from sysfs_builder import SysfsBuilder
+
+MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
+MACHINE_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(MACHINES, "*", "capture.yml")))
+FACT_KEYS = {"schema_version", "hostname", "sources", "sockets", "numa_nodes", "smt_siblings",
+             "gpus", "nics", "links", "warnings"}
+GPU_KEYS = {"id", "index", "pci_bus_id", "uuid", "name", "vendor", "numa_node", "local_cpus",
+            "memory_mb", "mig_mode", "pcie"}
+NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket"}
+NVIDIA = "0x10de"
+
+# Two RTX A6000 with an NVLink bridge, one per socket, as nvidia-smi prints them.
+TOPO_TEXT = (
+    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tNV4\t0-1,4-5\t0\t\tN/A\n"
+    "GPU1\tNV4\t X \t2-3,6-7\t1\t\tN/A\n"
+    "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n"
+    "  NV#  = Connection traversing a bonded set of # NVLinks\n"
+)
+QUERY_TEXT = (
+    "0, GPU-0b1c2d3e-aaaa-bbbb-cccc-000000000001, NVIDIA RTX A6000, 00000000:01:00.0, 49140, [N/A]\n"
+    "1, GPU-0b1c2d3e-aaaa-bbbb-cccc-000000000002, NVIDIA RTX A6000, 00000000:81:00.0, 49140, [N/A]\n"
+)
+
+
+def machine_id(path):
+    return os.path.basename(path)
+
+
+@pytest.fixture(scope="module", params=MACHINE_DIRS, ids=machine_id)
+def machine(request):
+    with open(os.path.join(request.param, "expected.yml")) as handle:
+        expected = yaml.safe_load(handle)
+    return request.param, topology.facts_from_capture(os.path.join(request.param, "capture.yml")), expected
+
+
+def test_facts_from_capture_recorded_machines_have_every_schema_key(machine):
+    _, facts, _ = machine
+    assert set(facts) == FACT_KEYS
+    assert facts["schema_version"] == 1
+    assert "capture" in facts["sources"]
+    for gpu in facts["gpus"]:
+        assert set(gpu) == GPU_KEYS
+        assert set(gpu["pcie"]) == {"current_speed", "max_speed", "current_width", "max_width"}
+    for node in facts["numa_nodes"]:
+        assert set(node) == NODE_KEYS
+
+
+def test_facts_from_capture_recorded_machines_match_expected_gpus(machine):
+    _, facts, expected = machine
+    got = dict((g["id"], g) for g in facts["gpus"])
+    assert sorted(got) == sorted(expected["gpus"])
+    for gpu_id, fields in expected["gpus"].items():
+        for field, value in fields.items():
+            assert got[gpu_id][field] == value, "%s %s" % (gpu_id, field)
+
+
+def test_facts_from_capture_recorded_machines_match_expected_links(machine):
+    _, facts, expected = machine
+    want = expected.get("links") or {}
+    for a, row in want.items():
+        for b, cls in row.items():
+            assert facts["links"].get(a, {}).get(b) == cls, "%s -> %s" % (a, b)
+    assert sorted(facts["links"]) == sorted(want)
+    for a, row in facts["links"].items():
+        assert sorted(row) == sorted(want[a]), a
+
+
+def test_facts_from_capture_unknown_numa_is_null_with_warning(machine):
+    _, facts, _ = machine
+    for gpu in facts["gpus"]:
+        if gpu["numa_node"] is None:
+            assert any(gpu["id"] in w and "unknown" in w for w in facts["warnings"]), gpu["id"]
+
+
+def test_facts_from_capture_gpus_sorted_by_bus_id_then_index(machine):
+    _, facts, _ = machine
+    keys = [(g["pci_bus_id"] is None, g["pci_bus_id"] or "", g["index"]) for g in facts["gpus"]]
+    assert keys == sorted(keys)
+
+
+def test_facts_from_capture_topo_matrix_only():
+    facts = topology.facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: TOPO_TEXT}})
+    assert facts["sources"] == ["nvidia-smi", "capture"]
+    assert [(g["id"], g["index"], g["pci_bus_id"], g["numa_node"], g["local_cpus"]) for g in facts["gpus"]] == [
+        ("GPU0", 0, None, 0, "0-1,4-5"), ("GPU1", 1, None, 1, "2-3,6-7")]
+    assert facts["numa_nodes"] == [
+        {"id": 0, "cpus": "0-1,4-5", "memory_mb": None, "distances": {}, "socket": None},
+        {"id": 1, "cpus": "2-3,6-7", "memory_mb": None, "distances": {}, "socket": None},
+    ]
+    assert facts["sockets"] == [] and facts["smt_siblings"] == []
+    assert facts["links"] == {"GPU0": {"GPU1": "NV4"}, "GPU1": {"GPU0": "NV4"}}
+
+
+def two_gpu_host(numa=("0", "1")):
+    b = SysfsBuilder()
+    b.node(0, "0-1,4-5", memory_kb=2 << 20, distances=[10, 21])
+    b.node(1, "2-3,6-7", memory_kb=2 << 20, distances=[21, 10])
+    for cpu in range(8):
+        core = cpu % 4
+        b.cpu(cpu, 0 if core < 2 else 1, "%d,%d" % (core, core + 4))
+    b.online("0-7")
+    b.device("0000:01:00.0", ["pci0000:00", "0000:00:01.0"], "0x030200", NVIDIA, numa_node=numa[0],
+             local_cpus="0-1,4-5")
+    b.device("0000:81:00.0", ["pci0000:80", "0000:80:01.0"], "0x030200", NVIDIA, numa_node=numa[1],
+             local_cpus="2-3,6-7")
+    return b
+
+
+def test_assemble_sysfs_and_nvidia_smi_merge_by_bus_id_and_index():
+    capture = two_gpu_host().capture(commands={TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT})
+    facts = topology.facts_from_capture(capture)
+    assert facts["sources"] == ["sysfs", "nvidia-smi", "capture"]
+    first = facts["gpus"][0]
+    assert first["id"] == "0000:01:00.0"
+    assert first["index"] == 0
+    assert first["uuid"] == "GPU-0b1c2d3e-aaaa-bbbb-cccc-000000000001"
+    assert first["name"] == "NVIDIA RTX A6000"
+    assert first["memory_mb"] == 49140
+    assert first["numa_node"] == 0
+    # nvidia-smi's NV4 beats the PCI tree's SYS.
+    assert facts["links"] == {"0000:01:00.0": {"0000:81:00.0": "NV4"}, "0000:81:00.0": {"0000:01:00.0": "NV4"}}
+    assert facts["sockets"] == [{"id": 0, "numa_nodes": [0], "cpus": "0-1,4-5"},
+                                {"id": 1, "numa_nodes": [1], "cpus": "2-3,6-7"}]
+    assert facts["warnings"] == []
+
+
+def test_assemble_sysfs_only_links_from_pci_tree_and_derived_index():
+    facts = topology.facts_from_capture(two_gpu_host().capture())
+    assert facts["sources"] == ["sysfs", "capture"]
+    assert [g["index"] for g in facts["gpus"]] == [0, 1]
+    assert [g["name"] for g in facts["gpus"]] == [None, None]
+    assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "SYS"
+
+
+def test_assemble_numa_disagreement_warns_and_keeps_sysfs():
+    topo = TOPO_TEXT.replace("0-1,4-5\t0\t", "0-1,4-5\t1\t")
+    facts = topology.facts_from_capture(two_gpu_host().capture(commands={TOPO_COMMAND: topo}))
+    assert facts["gpus"][0]["numa_node"] == 0
+    assert any("0000:01:00.0" in w and "disagree" in w for w in facts["warnings"])
+
+
+def test_assemble_numa_minus_one_taken_from_nvidia_smi_then_local_cpus():
+    facts = topology.facts_from_capture(two_gpu_host(numa=("-1", "-1")).capture(commands={TOPO_COMMAND: TOPO_TEXT}))
+    assert [g["numa_node"] for g in facts["gpus"]] == [0, 1]
+    # nvidia-smi told: nothing to warn about the sysfs -1.
+    assert not [w for w in facts["warnings"] if "unknown" in w]
+
+    facts = topology.facts_from_capture(two_gpu_host(numa=("-1", "0")).capture())
+    assert facts["gpus"][0]["numa_node"] == 0
+    assert any("0000:01:00.0 reports numa_node -1; NUMA node 0 taken from its local CPUs" in w
+               for w in facts["warnings"])
+
+
+def test_assemble_numa_unknown_everywhere_is_null_never_zero():
+    b = two_gpu_host(numa=("-1", "1"))
+    b.files["/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/local_cpulist"] = "0-7\n"
+    facts = topology.facts_from_capture(b.capture())
+    gpu = facts["gpus"][0]
+    assert gpu["numa_node"] is None
+    assert "GPU 0000:01:00.0 reports numa_node -1; NUMA node unknown" in facts["warnings"]
+    assert any("unknown NUMA node" in line for line in topology.summary(facts))
+
+
+def test_assemble_narrow_pcie_link_warns_lower_speed_does_not():
+    b = two_gpu_host()
+    b.device("0000:02:00.0", ["pci0000:00", "0000:00:02.0"], "0x030200", NVIDIA, width=(8, 16),
+             speed=("2.5 GT/s PCIe", "16.0 GT/s PCIe"))
+    facts = topology.facts_from_capture(b.capture())
+    narrow = [w for w in facts["warnings"] if "PCIe link" in w]
+    assert narrow == ["GPU 0000:02:00.0 PCIe link runs at x8 of x16 (check slot, riser or BIOS bifurcation)"]
+
+
+def test_assemble_bmc_vga_is_not_a_gpu():
+    b = SysfsBuilder().node(0, "0-3").online("0-3")
+    b.device("0000:03:00.0", ["pci0000:00", "0000:00:1c.0", "0000:02:00.0"], "0x030000", "0x1a03",
+             numa_node="-1", device="0x2000")
+    facts = topology.facts_from_capture(b.capture())
+    assert facts["gpus"] == [] and facts["links"] == {}
+    assert facts["warnings"] == []
+
+
+def test_assemble_no_gpu_host_has_numa_facts_and_empty_gpus():
+    b = SysfsBuilder().node(0, "0-3", memory_kb=8 << 20, distances=[10]).online("0-3")
+    for cpu in range(4):
+        b.cpu(cpu, 0, str(cpu))
+    b.device("0000:00:03.0", ["pci0000:00"], "0x020000", "0x1af4", numa_node="-1", local_cpus="0-3",
+             net=["eth0"], width=(0, 0), speed=("Unknown", "Unknown"))
+    facts = topology.facts_from_capture(b.capture(hostname="plain"))
+    assert facts["gpus"] == [] and facts["links"] == {}
+    assert facts["numa_nodes"] == [{"id": 0, "cpus": "0-3", "memory_mb": 8192, "distances": {0: 10}, "socket": 0}]
+    assert facts["nics"][0]["interfaces"] == ["eth0"]
+    assert facts["nics"][0]["numa_node"] == 0
+    assert topology.summary(facts)[:2] == [
+        "plain: 1 NUMA node(s), 1 socket(s), 0 GPU(s); sources: sysfs, capture",
+        "NUMA node 0 (socket 0): CPUs 0-3; memory 8192 MB",
+    ]
+
+
+def test_assemble_gpu_on_bus_missing_from_nvidia_smi_warns():
+    query = QUERY_TEXT.splitlines()[0] + "\n"
+    facts = topology.facts_from_capture(two_gpu_host().capture(commands={QUERY_COMMAND: query}))
+    assert any("0000:81:00.0 is on the PCI bus but nvidia-smi does not list it" in w for w in facts["warnings"])
+
+
+def test_gather_skips_nvidia_smi_when_sysfs_shows_no_nvidia_gpu():
+    b = SysfsBuilder().node(0, "0-3").online("0-3")
+    b.device("0000:c1:00.0", ["pci0000:c0", "0000:c0:01.1"], "0x120000", "0x1002", device="0x74a1")
+    capture = b.capture(commands={TOPO_COMMAND: TOPO_TEXT})
+    facts, raw = topology.gather(CaptureReader(capture))
+    assert raw is None
+    assert [g["vendor"] for g in facts["gpus"]] == ["amd"]
+    assert facts["gpus"][0]["index"] is None
+    assert "nvidia-smi" not in facts["sources"]
+
+
+def test_facts_from_capture_hostname_override_and_errors(tmp_path):
+    capture = two_gpu_host().capture(hostname="recorded")
+    assert topology.facts_from_capture(capture)["hostname"] == "recorded"
+    assert topology.facts_from_capture(capture, hostname="inventory-name")["hostname"] == "inventory-name"
+    bad = tmp_path / "bad.yml"
+    bad.write_text("capture_version: 7\n")
+    with pytest.raises(ValueError, match="bad.yml has capture_version 7"):
+        topology.facts_from_capture(str(bad))
+
+
+def test_gather_live_this_machine_and_record_roundtrip():
+    facts, capture = topology.gather_live(record=True, hostname="ci")
+    assert set(facts) == FACT_KEYS
+    assert facts["sources"][0] == "sysfs"
+    replayed = topology.facts_from_capture(capture)
+    assert replayed["numa_nodes"] == facts["numa_nodes"]
+    assert replayed["gpus"] == facts["gpus"]
+    assert replayed["nics"] == facts["nics"]
+    assert replayed["sources"] == facts["sources"] + ["capture"]
+
+
+def test_gather_live_root_prefix_reads_copied_tree(tmp_path):
+    capture = two_gpu_host().capture()
+    for path, content in capture["files"].items():
+        target = tmp_path / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    for path, link in capture["symlinks"].items():
+        target = tmp_path / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(link, str(target))
+    facts, _ = topology.gather(LiveReader(root=str(tmp_path), which=lambda name: None), hostname="copy")
+    assert [g["id"] for g in facts["gpus"]] == ["0000:01:00.0", "0000:81:00.0"]
+    assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "SYS"
+
+
+def test_pci_tree_links_recorded_machines_match_expected_pcie_links(machine):
+    path, _, expected = machine
+    if not expected.get("pcie_links"):
+        pytest.skip("expected.yml states no PCIe-only links for this machine")
+    from ansible_collections.gpufleet.numa.plugins.module_utils import sysfs
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture
+
+    part = sysfs.collect(CaptureReader(load_capture(os.path.join(path, "capture.yml"))))
+    pcie = sysfs.pci_tree_links(part["gpus"], part["numa_nodes"])
+    assert pcie == expected["pcie_links"]
