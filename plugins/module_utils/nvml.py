@@ -46,6 +46,7 @@ __metaclass__ = type
 COLLECTOR_VERSION = 1
 WORD_BITS = 64
 NODE_WORDS = 1  # 64 NUMA nodes are plenty for the hosts this serves
+MAX_DEVICES = 1024  # anything above is a broken binding, not a machine
 
 # nvmlDeviceGetNvLinkRemoteDeviceType
 REMOTE_GPU = 0
@@ -225,7 +226,8 @@ def collect(pynvml, cpu_count=None):
 
 
 def _collect(pynvml, raw, errors, cpu_count):
-    raw["cpu_count"] = _int_or_none(cpu_count) or os.cpu_count() or 1
+    cpu_count = _int_or_none(cpu_count)
+    raw["cpu_count"] = cpu_count if cpu_count and cpu_count > 0 else (os.cpu_count() or 1)
     cpu_words = (raw["cpu_count"] + WORD_BITS - 1) // WORD_BITS
     _, ok = _call(errors, "init", pynvml, "nvmlInit")
     if not ok:
@@ -238,7 +240,11 @@ def _collect(pynvml, raw, errors, cpu_count):
         count, ok = _call(errors, "device_count", pynvml, "nvmlDeviceGetCount")
         if not ok:
             return
-        raw["device_count"] = _int_or_none(count)
+        count = _int_or_none(count)
+        if count is None or not 0 <= count <= MAX_DEVICES:
+            errors["device_count"] = "implausible device count %r" % (count,)
+            return
+        raw["device_count"] = count
         handles = []
         for index in range(raw["device_count"] or 0):
             handle, ok = _call(errors, "handle[%d]" % index, pynvml, "nvmlDeviceGetHandleByIndex", index)

@@ -13,6 +13,7 @@ of nvidia-ml-py 13.x. A collect() over it must give back the record.
 from __future__ import absolute_import, division, print_function
 
 import copy
+import functools
 import os
 
 import pytest
@@ -40,9 +41,15 @@ def _machines_with_nvml():
     return found
 
 
-def _load(name, what):
+@functools.lru_cache(maxsize=None)
+def _read(name, what):
     with open(os.path.join(MACHINES, name, what)) as handle:
         return yaml.safe_load(handle)
+
+
+def _load(name, what):
+    """A fresh copy each time: tests change what they get."""
+    return copy.deepcopy(_read(name, what))
 
 
 class NVMLError(Exception):
