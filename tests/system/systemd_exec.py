@@ -11,9 +11,10 @@ without systemd:
 - unit files: [Section] headers, # and ; comments, a trailing backslash
   joins the next line (comment lines inside a continuation are skipped);
 - ExecStart=: the prefixes @ - : + ! !!, words split at whitespace with
-  double and single quotes and C escapes, specifiers (%% is %; others are
+  whole-word double and single quotes and C escapes, specifiers (%% is %; others are
   refused because the caller would need systemd's values), then $$ -> $,
-  ${NAME} inside a word and a lone $NAME word split at whitespace;
+  ${NAME} inside a word and a lone $NAME word split at whitespace (quotes
+  in the value respected);
 - Environment=: quoted assignments with C escapes and specifiers;
 - EnvironmentFile=: KEY=VALUE lines with shell-like quoting, "-" prefix for
   optional files.
@@ -109,9 +110,10 @@ def _unescape(text, i, source):
 
 
 def split_words(text, source="value"):
-    """Split like systemd's extract_first_word(EXTRACT_UNQUOTE |
-    EXTRACT_CUNESCAPE): whitespace separates words, quotes group, C escapes
-    are decoded inside and outside quotes."""
+    """Split at whitespace by the quoting rules of systemd.syntax(7): a
+    single or double quote opens a quoted item only at the start of a word
+    and must be closed right before whitespace or the end; quotes elsewhere
+    are ordinary characters. C escapes are decoded everywhere."""
     words = []
     i = 0
     n = len(text)
@@ -121,32 +123,32 @@ def split_words(text, source="value"):
         if i >= n:
             return words
         word = []
-        quote = None
-        while i < n:
-            c = text[i]
-            if quote:
+        if text[i] in "\"'":
+            quote = text[i]
+            i += 1
+            while True:
+                if i >= n:
+                    raise ValueError("%s: unterminated %s quote in %r" % (source, quote, text))
+                c = text[i]
                 if c == quote:
-                    quote = None
                     i += 1
-                elif c == "\\":
+                    break
+                if c == "\\":
                     decoded, i = _unescape(text, i + 1, source)
                     word.append(decoded)
                 else:
                     word.append(c)
                     i += 1
-            elif c in " \t\n":
-                break
-            elif c in "\"'":
-                quote = c
-                i += 1
-            elif c == "\\":
-                decoded, i = _unescape(text, i + 1, source)
-                word.append(decoded)
-            else:
-                word.append(c)
-                i += 1
-        if quote:
-            raise ValueError("%s: unterminated %s quote in %r" % (source, quote, text))
+            if i < n and text[i] not in " \t\n":
+                raise ValueError("%s: closing %s quote not followed by whitespace in %r" % (source, quote, text))
+        else:
+            while i < n and text[i] not in " \t\n":
+                if text[i] == "\\":
+                    decoded, i = _unescape(text, i + 1, source)
+                    word.append(decoded)
+                else:
+                    word.append(text[i])
+                    i += 1
         words.append("".join(word))
 
 
@@ -183,7 +185,8 @@ def expand_variables(words, environment, source="ExecStart"):
     for word in words:
         whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
         if whole:
-            expanded.extend(environment.get(whole.group(1), "").split())
+            # Split like the command line itself: quotes respected, then removed.
+            expanded.extend(split_words(environment.get(whole.group(1), ""), source))
             continue
         out = []
         i = 0
@@ -269,6 +272,8 @@ def parse_exec_line(value, environment, source="ExecStart", specifiers=None):
     words = [resolve_specifiers(word, source, specifiers) for word in split_words(value, source)]
     if not words:
         raise ValueError("%s: empty command line" % source)
+    if ";" in words:
+        raise ValueError("%s: several command lines (;) where one process is expected" % source)
     if ":" not in prefixes:
         words = expand_variables(words, environment, source)
     if "@" in prefixes:
