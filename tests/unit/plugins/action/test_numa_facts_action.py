@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The numa_facts action plugin in real playbook runs: a capture replays on
+the controller without contacting the host, relative paths resolve like
+other controller files, and the audit playbook honours numa_capture."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+BIN = os.path.dirname(sys.executable)
+FIXTURE = os.path.join(REPO, "tests", "unit", "fixtures", "machines", "rtx4090_8gpu_pcie_switch_quads", "capture.yml")
+
+
+def playbook(path, inventory, cwd):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(
+        [os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), str(path)],
+        cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+        timeout=180, check=False)
+    return proc.returncode, proc.stdout
+
+
+def test_audit_playbook_replays_numa_capture_without_contacting_host(tmp_path):
+    # 192.0.2.0/24 is TEST-NET-1: nothing answers there, so any attempt to
+    # reach the host would fail the play.
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    gpu-unreachable:\n      ansible_host: 192.0.2.1\n"
+        "      ansible_connection: ssh\n      numa_capture: %s\n" % FIXTURE)
+    rc, out = playbook(os.path.join(REPO, "playbooks", "audit_topology.yml"), inventory, REPO)
+    assert rc == 0, out
+    assert "rtx4090-8gpu: 2 NUMA node(s), 0 socket(s), 8 GPU(s); sources: nvidia-smi, capture" in out
+    assert "unreachable=0" in out and "failed=0" in out
+
+
+def test_action_capture_relative_to_playbook_files_dir(tmp_path):
+    play_dir = tmp_path / "site"
+    (play_dir / "files" / "captures").mkdir(parents=True)
+    shutil.copy(FIXTURE, str(play_dir / "files" / "captures" / "gpu-a.yml"))
+    (play_dir / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - gpufleet.numa.numa_facts:\n        capture: captures/gpu-a.yml\n"
+        "    - ansible.builtin.assert:\n        that:\n"
+        "          - ansible_facts.numa_topology.gpus | length == 8\n"
+        "          - ansible_facts.numa_topology.links.GPU0.GPU1 == 'PIX'\n")
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("gpu-a ansible_host=192.0.2.1 ansible_connection=ssh\n")
+    # Run from elsewhere: the path must resolve against the playbook, not cwd.
+    rc, out = playbook(play_dir / "play.yml", inventory, tmp_path)
+    assert rc == 0, out
+
+
+def test_action_capture_invalid_file_fails_task_with_message(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("capture_version: 1\nfilez: {}\n")
+    (tmp_path / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - gpufleet.numa.numa_facts:\n        capture: %s\n" % bad)
+    (tmp_path / "hosts.ini").write_text("gpu-a ansible_host=192.0.2.1 ansible_connection=ssh\n")
+    rc, out = playbook(tmp_path / "play.yml", tmp_path / "hosts.ini", tmp_path)
+    assert rc != 0
+    assert "bad.yml has unknown keys filez" in out
+    assert "Traceback" not in out
