@@ -242,3 +242,31 @@ def haproxy_server_states(address, port, uri="/stats"):
         if row.get("pxname") == "vllm" and row.get("svname") not in ("FRONTEND", "BACKEND"):
             states[row["svname"]] = row["status"]
     return states
+
+
+def systemd_binding_as_numactl(service, numactl, local_node, cpus):
+    """The CPUAffinity=/NUMAPolicy=/NUMAMask= of a [Service] section as the
+    numactl prefix that applies the same policy at exec time, with CPUs
+    replaced by CPUS and nodes by LOCAL_NODE of this machine. Returns
+    (prefix argv, record) like rebind_to_local_node."""
+    requested = {key: service[key] for key in ("CPUAffinity", "NUMAPolicy", "NUMAMask") if key in service}
+    prefix = [numactl]
+    if "CPUAffinity" in service:
+        parse_cpulist(service["CPUAffinity"])  # must be a cpulist systemd accepts
+        prefix.append("--physcpubind=%s" % format_cpulist(cpus))
+    else:
+        cpus = sorted(os.sched_getaffinity(0))
+    policy = service.get("NUMAPolicy", "default")
+    if policy in ("bind", "interleave", "preferred") and "NUMAMask" not in service:
+        raise ValueError("NUMAPolicy=%s without NUMAMask=" % policy)
+    option, shown = {
+        "bind": ("--membind=%d", "bind:%d"),
+        "interleave": ("--interleave=%d", "interleave:%d"),
+        "preferred": ("--preferred=%d", "prefer:%d"),
+        "local": ("--localalloc", "local"),
+        "default": (None, "default"),
+    }[policy]
+    if option:
+        prefix.append(option % local_node if "%d" in option else option)
+    memory_policy = shown % local_node if "%d" in shown else shown
+    return prefix, {"requested": requested, "cpus": format_cpulist(cpus), "memory_policy": memory_policy}

@@ -29,7 +29,8 @@ import yaml
 
 from fleet_processes import (
     SYSTEMD_BASE_ENVIRONMENT, ProcessGroup, free_port, haproxy_server_states, http_request,
-    is_numactl, ports_free, rebind_to_local_node, split_numactl, wait_for_health, wait_until,
+    is_numactl, node_cpus, ports_free, rebind_to_local_node, split_numactl, systemd_binding_as_numactl,
+    wait_for_health, wait_until,
 )
 from systemd_exec import service_process
 
@@ -90,7 +91,7 @@ def load_plan(addresses):
     return plan
 
 
-def inventory(staging, addresses, gateway):
+def inventory(staging, addresses, gateway, binding):
     """Inventory: one local host per planned host, plus the gateway."""
     user = getpass.getuser()
     group = grp.getgrgid(os.getgid()).gr_name
@@ -112,7 +113,7 @@ def inventory(staging, addresses, gateway):
                 "vars": {
                     "vllm_model": MODEL,
                     "vllm_served_model_name": SERVED_NAME,
-                    "vllm_binding": "numactl",
+                    "vllm_binding": binding,
                     "vllm_numactl": NUMACTL,
                     "vllm_install": False,
                     "vllm_executable": str(STUB),
@@ -150,8 +151,9 @@ def inventory(staging, addresses, gateway):
     }}
 
 
-def render_with_roles(tmp_path, plan, addresses, gateway):
-    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory(tmp_path / "staging", addresses, gateway)))
+def render_with_roles(tmp_path, plan, addresses, gateway, binding="numactl"):
+    inventory_data = inventory(tmp_path / "staging", addresses, gateway, binding)
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory_data))
     (tmp_path / "plan.json").write_text(json.dumps({"plan": plan}))
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
@@ -338,3 +340,41 @@ def test_gateway_takes_a_dead_backend_out_and_instances_stop_cleanly(fleet):
     # With no backend left the gateway says so on its own health path.
     wait_until(lambda: http_request(gateway["address"], gateway["port"], "GET", "/gateway/health")[0] == 503,
                10, what="the gateway's health path to answer 503")
+
+
+def test_systemd_binding_units_name_the_planned_placement_and_run_with_it(tmp_path):
+    """vllm_binding: systemd puts the placement in CPUAffinity=/NUMAPolicy=/
+    NUMAMask= instead of a numactl prefix. Without systemd as PID 1 the test
+    applies those directives with numactl (as systemd applies them before
+    exec), moved to node 0, and checks what the process got."""
+    addresses = {"gpu-a": "127.0.0.24", "gpu-b": "127.0.0.25", "gpu-c": "127.0.0.26"}
+    plan = load_plan(addresses)
+    gateway = {"address": "127.0.0.1", "port": free_port(), "stats_port": free_port()}
+    render_with_roles(tmp_path, plan, addresses, gateway, binding="systemd")
+    local_cpus = node_cpus(LOCAL_NODE)
+    processes = ProcessGroup(str(tmp_path))
+    try:
+        for slot, instance in enumerate(plan["instances"]):
+            unit = (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
+                    / ("gpufleet-%s.service" % instance["name"]))
+            process = service_process(str(unit), SYSTEMD_BASE_ENVIRONMENT)
+            assert process["argv"][0] == str(STUB), "ExecStart= should run vLLM directly: %r" % process["argv"]
+            service = process["service"]
+            nodes = ",".join(str(node) for node in instance["numa_nodes"])
+            assert service["CPUAffinity"] == instance["cpus"]
+            assert service["NUMAPolicy"] == instance["memory_policy"]
+            assert service["NUMAMask"] == nodes
+            cpus = [local_cpus[slot % len(local_cpus)]] if instance["cpus_shared_node"] else local_cpus
+            prefix, binding = systemd_binding_as_numactl(service, NUMACTL, LOCAL_NODE, cpus)
+            key = "%s-%s" % (instance["host"], instance["name"])
+            processes.start(key, prefix + process["argv"], process["environment"], cwd=process["working_directory"])
+            address, port = addresses[instance["host"]], instance["port"]
+            wait_for_health(processes, key, address, port)
+            report = json.loads(http_request(address, port, "GET", "/debug/binding")[2])
+            assert report["cpus"] == binding["cpus"], key
+            assert report["memory_policy"] == binding["memory_policy"], key
+            assert report["environment"]["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in instance["gpu_indices"])
+            assert report["model"] == MODEL
+            assert processes.stop(key) == 0, processes.log(key)
+    finally:
+        processes.stop_all()
