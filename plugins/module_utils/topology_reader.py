@@ -219,10 +219,13 @@ class CaptureReader(Reader):
         if self._children is None:
             children = {}
             for key in list(self._files) + list(self._symlinks) + list(self._directories):
-                path = str(key)
-                while path not in ("/", ""):
-                    parent, name = posixpath.split(path)
-                    children.setdefault(parent, set()).add(name)
+                path = str(key).rstrip("/")
+                while path:
+                    parent, _, name = path.rpartition("/")
+                    names = children.setdefault(parent or "/", set())
+                    if name in names:
+                        break  # this parent's ancestors are registered already
+                    names.add(name)
                     path = parent
             self._children = children
         return self._children
