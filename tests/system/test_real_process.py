@@ -15,6 +15,7 @@ requests go through it over loopback. Each planned host gets its own
 
 import getpass
 import grp
+import http.client
 import json
 import os
 import pathlib
@@ -22,6 +23,7 @@ import random
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -151,7 +153,7 @@ def inventory(staging, addresses, gateway, binding):
     }}
 
 
-def render_with_roles(tmp_path, plan, addresses, gateway, binding="numactl"):
+def render_with_roles(tmp_path, plan, addresses, gateway, binding="numactl", extra_args=()):
     inventory_data = inventory(tmp_path / "staging", addresses, gateway, binding)
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory_data))
     (tmp_path / "plan.json").write_text(json.dumps({"plan": plan}))
@@ -160,7 +162,7 @@ def render_with_roles(tmp_path, plan, addresses, gateway, binding="numactl"):
                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible-tmp"))
     result = subprocess.run(
         [str(ANSIBLE_PLAYBOOK), "-i", str(tmp_path / "inventory.yml"), "-e", "@%s" % (tmp_path / "plan.json"),
-         str(tmp_path / "play.yml")],
+         str(tmp_path / "play.yml")] + list(extra_args),
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout[-6000:]
@@ -201,7 +203,9 @@ def fleet(tmp_path_factory):
             wait_for_health(processes, entry["key"], entry["address"], entry["plan"]["port"])
 
         config = tmp_path / "staging" / "gateway" / "etc" / "haproxy" / "haproxy.cfg"
-        processes.start("haproxy", [HAPROXY, "-db", "-f", str(config)], dict(os.environ))
+        # Master-worker mode in the foreground: what Debian's unit runs (-Ws)
+        # and what makes `systemctl reload` (SIGUSR2 to the master) seamless.
+        processes.start("haproxy", [HAPROXY, "-W", "-db", "-f", str(config)], dict(os.environ))
         wait_for_health(processes, "haproxy", gateway["address"], gateway["port"])
 
         def all_up():
@@ -211,8 +215,15 @@ def fleet(tmp_path_factory):
                 return False
             return len(states) == len(instances) and set(states.values()) == {"UP"}
         wait_until(all_up, 15, what="every backend UP in HAProxy")
+        def render_gateway_again(*extra_vars):
+            arguments = ["--limit", "gateways"]
+            for extra in extra_vars:
+                arguments += ["-e", extra]
+            render_with_roles(tmp_path, plan, addresses, gateway, extra_args=arguments)
+
         yield {"instances": instances, "gateway": gateway, "processes": processes, "plan": plan,
-               "config": config}
+               "config": config, "render_gateway_again": render_gateway_again,
+               "monitor_uri": "/gateway/health"}
     finally:
         processes.stop_all()
 
@@ -306,6 +317,62 @@ def test_gateway_passes_the_api_key_check_through(fleet):
     assert [model["id"] for model in json.loads(body)["data"]] == [SERVED_NAME]
 
 
+def test_gateway_reload_keeps_open_streams_and_serves_throughout(fleet):
+    """The role changes the configuration; a reload the way Debian's unit
+    does it (SIGUSR2 to the master) neither cuts an open stream nor refuses
+    new requests."""
+    gateway, processes = fleet["gateway"], fleet["processes"]
+    fleet["render_gateway_again"]("gateway_monitor_uri=/gateway/ready")
+    assert "    monitor-uri /gateway/ready\n" in fleet["config"].read_text()
+    # Until the reload the running HAProxy forwards that path to a backend.
+    assert http_request(gateway["address"], gateway["port"], "GET", "/gateway/ready")[0] == 404
+
+    tokens = 12
+    connection = http.client.HTTPConnection(gateway["address"], gateway["port"], timeout=10)
+    connection.request("POST", "/v1/completions", body=json.dumps({
+        "model": SERVED_NAME, "prompt": "Hello", "max_tokens": tokens, "stream": True, "stub_token_delay": 0.25,
+    }), headers={"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY})
+    response = connection.getresponse()
+    assert response.status == 200
+    received = response.read1()
+    assert received.startswith(b"data: "), received
+
+    statuses = []
+    stop = threading.Event()
+
+    def keep_asking():
+        while not stop.is_set():
+            try:
+                statuses.append(completion(gateway)[0])
+            except OSError as error:
+                statuses.append(repr(error))
+
+    asker = threading.Thread(target=keep_asking)
+    asker.start()
+    try:
+        time.sleep(0.3)
+        os.kill(processes.processes["haproxy"][0].pid, signal.SIGUSR2)
+        wait_until(lambda: http_request(gateway["address"], gateway["port"], "GET", "/gateway/ready")[0] == 200,
+                   10, what="the reloaded configuration to answer /gateway/ready")
+        while True:
+            chunk = response.read1()
+            if not chunk:
+                break
+            received += chunk
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        asker.join(10)
+        connection.close()
+    events = [e for e in received.decode().split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "data: [DONE]", received[-300:]
+    assert len(events) == tokens + 1, "the stream lost events across the reload"
+    assert statuses and set(statuses) == {200}, statuses
+    assert processes.processes["haproxy"][0].poll() is None, processes.log("haproxy")
+    fleet["monitor_uri"] = "/gateway/ready"
+    print("%d requests answered 200 while HAProxy reloaded under an open stream" % len(statuses))
+
+
 def test_gateway_takes_a_dead_backend_out_and_instances_stop_cleanly(fleet):
     """Runs last: it kills one instance and then stops the others."""
     gateway, processes = fleet["gateway"], fleet["processes"]
@@ -329,7 +396,7 @@ def test_gateway_takes_a_dead_backend_out_and_instances_stop_cleanly(fleet):
         answered.add((report["host"], report["port"]))
     assert (victim["address"], victim["plan"]["port"]) not in answered
     assert answered == {(e["address"], e["plan"]["port"]) for e in survivors}
-    status, _, _ = http_request(gateway["address"], gateway["port"], "GET", "/gateway/health")
+    status, _, _ = http_request(gateway["address"], gateway["port"], "GET", fleet["monitor_uri"])
     assert status == 200
     print("HAProxy marked the killed backend DOWN after %.2fs" % detected_after)
 
@@ -338,7 +405,7 @@ def test_gateway_takes_a_dead_backend_out_and_instances_stop_cleanly(fleet):
         assert processes.stop(entry["key"]) == 0, processes.log(entry["key"])
 
     # With no backend left the gateway says so on its own health path.
-    wait_until(lambda: http_request(gateway["address"], gateway["port"], "GET", "/gateway/health")[0] == 503,
+    wait_until(lambda: http_request(gateway["address"], gateway["port"], "GET", fleet["monitor_uri"])[0] == 503,
                10, what="the gateway's health path to answer 503")
 
 
