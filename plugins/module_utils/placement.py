@@ -179,7 +179,7 @@ def _read_facts(facts, host):
     for i, entry in enumerate(facts.get("numa_nodes") or []):
         if not isinstance(entry, dict) or not _is_int(entry.get("id")):
             raise PlacementError("host %s: numa_nodes[%d] has no integer id" % (host, i))
-        nodes[entry["id"]] = entry
+        nodes[int(entry["id"])] = entry
     return sorted(gpus, key=_gpu_order), nodes
 
 
@@ -187,11 +187,12 @@ def _node_sockets(facts, nodes):
     """NUMA node -> socket id from either side of the facts; missing = unknown."""
     result = {}
     for entry in facts.get("sockets") or []:
-        for n in entry.get("numa_nodes") or []:
-            result[n] = entry.get("id")
+        if entry.get("id") is not None:
+            for n in entry.get("numa_nodes") or []:
+                result[int(n)] = int(entry["id"])
     for n, entry in nodes.items():
         if entry.get("socket") is not None:
-            result[n] = entry["socket"]
+            result[n] = int(entry["socket"])
     return result
 
 
@@ -200,11 +201,11 @@ def _node_sockets(facts, nodes):
 
 def _gpu_ref(gpu):
     return {
-        "id": gpu["id"],
-        "pci_bus_id": gpu.get("pci_bus_id"),
-        "index": gpu.get("index"),
-        "uuid": gpu.get("uuid"),
-        "name": gpu.get("name"),
+        "id": _text(gpu["id"]),
+        "pci_bus_id": _text(gpu.get("pci_bus_id")),
+        "index": _int(gpu.get("index")),
+        "uuid": _text(gpu.get("uuid")),
+        "name": _text(gpu.get("name")),
     }
 
 
@@ -224,6 +225,20 @@ def plan_host(facts, host=None, **options):
     """Plan one host: the socket_local_groups result (docs/plan.md)."""
     opts = validate_options(options)
     return _plan_host(facts, host, opts)
+
+
+def plan_host_validated(facts, opts, host=None):
+    """plan_host for options already checked by validate_options."""
+    return _plan_host(facts, host, opts)
+
+
+def _text(value):
+    # plain str out, whatever str subclass came in (templating tags values)
+    return None if value is None else str(value)
+
+
+def _int(value):
+    return None if value is None else int(value)
 
 
 def _plan_host(facts, host, opts):
@@ -246,7 +261,7 @@ def _plan_host(facts, host, opts):
             placeable.append(gpu)
 
     # Labels: a node without a known socket is its own socket (rule 7).
-    node_of = [g["numa_node"] for g in placeable]
+    node_of = [int(g["numa_node"]) for g in placeable]
     socket_of = [node_socket[n] if node_socket.get(n) is not None else ("node", n) for n in node_of]
     links = facts.get("links") or {}
     n = len(placeable)
@@ -282,8 +297,13 @@ def _plan_host(facts, host, opts):
     most_on_socket = max(per_socket.values()) if per_socket else 0
     span = False
     if tp > most_on_socket:
+        if not gpus:
+            raise PlacementError("host %s: the topology facts list no GPUs" % host)
         if not n:
-            raise PlacementError("host %s: no GPU can be placed (%d GPUs, %d unused)" % (host, len(gpus), len(unused)))
+            raise PlacementError(
+                "host %s: none of its %d GPUs can be placed (%s)"
+                % (host, len(gpus), "; ".join("%s: %s" % (g["id"], why) for g, why in unused))
+            )
         if not opts["allow_span"]:
             raise PlacementError(
                 "host %s: tp_size %d does not fit on any socket (at most %d placeable GPUs share a socket); "
@@ -324,8 +344,8 @@ def _plan_host(facts, host, opts):
             worst = _worst_link(stage, score, links, placeable)
             stage_entries.append(
                 {
-                    "gpus": [placeable[g]["id"] for g in stage],
-                    "gpu_indices": [placeable[g].get("index") for g in stage],
+                    "gpus": [_text(placeable[g]["id"]) for g in stage],
+                    "gpu_indices": [_int(placeable[g].get("index")) for g in stage],
                     "numa_nodes": s_nodes,
                     "socket": s_sockets[0] if len(s_sockets) == 1 and len(set(socket_of[g] for g in stage)) == 1 else None,
                     "sockets": s_sockets,
@@ -341,7 +361,7 @@ def _plan_host(facts, host, opts):
         out_groups.append(
             {
                 "gpus": [_gpu_ref(placeable[g]) for g in all_gpus],
-                "gpu_indices": [placeable[g].get("index") for g in all_gpus],
+                "gpu_indices": [_int(placeable[g].get("index")) for g in all_gpus],
                 "stages": stage_entries,
                 "numa_nodes": i_nodes,
                 "sockets": i_sockets,
@@ -353,9 +373,9 @@ def _plan_host(facts, host, opts):
             }
         )
     return {
-        "host": host,
+        "host": _text(host),
         "groups": out_groups,
-        "unused": [{"id": g["id"], "index": g.get("index"), "reason": why} for g, why in unused],
+        "unused": [{"id": _text(g["id"]), "index": _int(g.get("index")), "reason": why} for g, why in unused],
         "warnings": warnings,
     }
 
@@ -383,7 +403,7 @@ def _worst_link(group, score, links, placeable):
                 name = (links.get(placeable[a]["id"]) or {}).get(placeable[b]["id"]) or (
                     links.get(placeable[b]["id"]) or {}
                 ).get(placeable[a]["id"])
-    return name
+    return _text(name)
 
 
 def _group_reason(stage_entries, span, interleave):

@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters that plan GPU placement: socket_local_groups (one host), fleet_plan (a fleet).
+
+Thin shells around module_utils/placement.py; see docs/placement.md.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement
+
+
+def _plain(value):
+    """Plain dicts/lists/scalars: what Ansible's templating hands in may be tagged subclasses."""
+    if isinstance(value, dict):
+        return dict((_plain_key(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _plain_key(key):
+    if isinstance(key, bool):
+        return key
+    if isinstance(key, int):
+        return int(key)
+    return str(key) if isinstance(key, str) else key
+
+
+def socket_local_groups(topology, tp_size=None, **options):
+    """Plan one host's socket-local tensor-parallel groups from its numa_topology facts."""
+    try:
+        opts = placement.validate_options(dict(_plain(options), tp_size=_plain(tp_size)))
+        return placement.plan_host_validated(topology, opts)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.socket_local_groups: %s" % exc)
+
+
+def fleet_plan(hosts, tp_size=None, **options):
+    """Plan a fleet: hostvars (or host -> facts) in, a flat list of instances out."""
+    try:
+        return placement.plan_fleet(_plain_hosts(hosts), tp_size=_plain(tp_size), **_plain(options))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.fleet_plan: %s" % exc)
+
+
+def _plain_hosts(hosts):
+    """Only the facts of each host are copied (hostvars holds much more)."""
+    if not hasattr(hosts, "keys"):
+        raise AnsibleFilterError(
+            "gpufleet.numa.fleet_plan: input must be a mapping host -> vars or facts (e.g. hostvars), got %s"
+            % type(hosts).__name__
+        )
+    out = {}
+    for host in hosts.keys():
+        value = hosts[host]
+        facts = None
+        if hasattr(value, "get"):
+            if "schema_version" in value and "gpus" in value:
+                facts = value
+            else:
+                ansible_facts = value.get("ansible_facts")
+                if hasattr(ansible_facts, "get"):
+                    facts = ansible_facts.get("numa_topology")
+                if facts is None:
+                    facts = value.get("numa_topology")
+        # facts are read, never modified; the plan is built from plain values
+        out[str(host)] = facts
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"socket_local_groups": socket_local_groups, "fleet_plan": fleet_plan}
