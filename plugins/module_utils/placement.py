@@ -651,9 +651,13 @@ def host_facts(host, value):
     )
 
 
-def plan_fleet(hosts, **options):
-    """Plan a fleet: the fleet_plan result (docs/plan.md)."""
+def plan_fleet(fleet, **options):
+    """Plan a fleet: the fleet_plan result (docs/plan.md).
+
+    fleet: mapping host -> vars (hostvars-like) or host -> topology facts.
+    """
     opts = validate_options(options, FLEET_OPTIONS)
+    hosts = fleet
     if not isinstance(hosts, dict):
         raise PlacementError("fleet_plan input must be a mapping host -> vars or facts, got %s" % type(hosts).__name__)
     names = opts["hosts"]

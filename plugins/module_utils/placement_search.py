@@ -177,8 +177,9 @@ def _combine(tables, k):
     acc = {0: (_ZERO, ())}
     for d, table in enumerate(tables):
         nxt = {}
-        for have, (val, picks) in sorted(acc.items()):
-            # r ascending with strict improvement: on ties, earlier domains keep more groups
+        # earlier domains' larger counts first, strict improvement only: on ties the
+        # lower GPUs in PCI order get the groups
+        for have, (val, picks) in sorted(acc.items(), reverse=True):
             for r, entry in enumerate(table):
                 if entry is None or have + r > k:
                     continue
