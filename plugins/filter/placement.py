@@ -47,23 +47,27 @@ def socket_local_groups(topology, tp_size=None, **options):
         raise AnsibleFilterError("gpufleet.numa.socket_local_groups: %s" % exc)
 
 
-def fleet_plan(hosts, tp_size=None, **options):
-    """Plan a fleet: hostvars (or host -> facts) in, a flat list of instances out."""
+def fleet_plan(fleet, tp_size=None, **options):
+    """Plan a fleet: hostvars (or host -> facts) in, a flat list of instances out.
+
+    The input is called fleet because `hosts` is an option (which hosts to plan).
+    """
     try:
-        return placement.plan_fleet(_plain_hosts(hosts), tp_size=_plain(tp_size), **_plain(options))
+        return placement.plan_fleet(_plain_hosts(fleet, options.get("hosts")), tp_size=_plain(tp_size), **_plain(options))
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan: %s" % exc)
 
 
-def _plain_hosts(hosts):
-    """Only the facts of each host are copied (hostvars holds much more)."""
+def _plain_hosts(hosts, wanted=None):
+    """Each host's facts (hostvars holds much more); only the wanted hosts are read."""
     if not hasattr(hosts, "keys"):
         raise AnsibleFilterError(
             "gpufleet.numa.fleet_plan: input must be a mapping host -> vars or facts (e.g. hostvars), got %s"
             % type(hosts).__name__
         )
     out = {}
-    for host in hosts.keys():
+    names = list(hosts.keys()) if wanted is None else [h for h in wanted if h in hosts]
+    for host in names:
         value = hosts[host]
         facts = None
         if hasattr(value, "get"):
