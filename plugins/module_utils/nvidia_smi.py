@@ -116,6 +116,21 @@ def _split_label(line):
     return label, rest
 
 
+def _split_nv_from_cpulist(cell, rest):
+    """"NV180-47,96-143" is NV18 followed by CPU affinity 0-47,96-143: give
+    back the digits the greedy match took, as few as make a valid cpulist."""
+    digits = cell[2:]
+    for keep in range(len(digits) - 1, 0, -1):
+        candidate = digits[keep:] + rest
+        if _CPULIST.match(candidate):
+            try:
+                parse_cpulist(candidate)
+            except ValueError:
+                continue
+            return "NV" + digits[:keep], candidate
+    return cell, rest
+
+
 def _read_cells(tokens, count):
     """Take up to `count` link cells from the left of `tokens`, splitting
     merged tokens; return (cells, remaining tokens)."""
@@ -125,8 +140,10 @@ def _read_cells(tokens, count):
         match = _CELL_SCAN.match(queue[0])
         if not match:
             break
-        cells.append(match.group(0))
-        rest = queue[0][match.end():]
+        cell, rest = match.group(0), queue[0][match.end():]
+        if cell.startswith("NV") and rest[:1] in ("-", ",") and len(cells) + 1 == count:
+            cell, rest = _split_nv_from_cpulist(cell, rest)
+        cells.append(cell)
         if rest:
             queue[0] = rest
         else:

@@ -150,6 +150,18 @@ def test_parse_topo_matrix_link_cell_merged_with_cpu_affinity():
     assert _gpus_of(partial) == _expected_by_index("rtx4090_8gpu_pcie_switch_quads")[0]
 
 
+def test_parse_topo_matrix_nvlink_cell_merged_with_cpu_affinity():
+    text = _topo("h100_sxm_8gpu_nvswitch")
+    # Row GPU0 ends "... NV18    0-47,96-143 ..."; the paste lost the gap.
+    damaged = text.replace("NV18    NV18    0-47,96-143", "NV18    NV180-47,96-143", 1)
+    assert "NV180-47" in damaged
+    partial = parse_topo_matrix(damaged)
+    gpus, links = _expected_by_index("h100_sxm_8gpu_nvswitch")
+    assert _gpus_of(partial) == gpus
+    assert partial["links"] == links
+    assert partial["warnings"] == []
+
+
 def test_parse_topo_matrix_merged_nic_header_names():
     text = _capture("azure_ndv4_like")["commands"][TOPO_COMMAND]
     damaged = text.replace("NIC6\tNIC7", "NIC6NIC7", 1)
