@@ -11,7 +11,7 @@ without systemd:
 - unit files: [Section] headers, # and ; comments, a trailing backslash
   joins the next line (comment lines inside a continuation are skipped);
 - ExecStart=: the prefixes @ - : + ! !!, words split at whitespace with
-  whole-word double and single quotes and C escapes, specifiers (%% is %; others are
+  double and single quotes and C escapes, specifiers (%% is %; others are
   refused because the caller would need systemd's values), then $$ -> $,
   ${NAME} inside a word and a lone $NAME word split at whitespace (quotes
   in the value respected);
@@ -110,10 +110,11 @@ def _unescape(text, i, source):
 
 
 def split_words(text, source="value"):
-    """Split at whitespace by the quoting rules of systemd.syntax(7): a
-    single or double quote opens a quoted item only at the start of a word
-    and must be closed right before whitespace or the end; quotes elsewhere
-    are ordinary characters. C escapes are decoded everywhere."""
+    """Split at whitespace the way systemd's extract_first_word(EXTRACT_UNQUOTE
+    | EXTRACT_CUNESCAPE) does: single or double quotes anywhere in a word
+    group what they enclose (systemd.syntax(7) asks for quotes around whole
+    words only, but systemd 252 also unquotes `a"b c"d` to `ab cd`), C
+    escapes are decoded inside and outside quotes."""
     words = []
     i = 0
     n = len(text)
@@ -123,32 +124,25 @@ def split_words(text, source="value"):
         if i >= n:
             return words
         word = []
-        if text[i] in "\"'":
-            quote = text[i]
-            i += 1
-            while True:
-                if i >= n:
-                    raise ValueError("%s: unterminated %s quote in %r" % (source, quote, text))
-                c = text[i]
-                if c == quote:
-                    i += 1
-                    break
-                if c == "\\":
-                    decoded, i = _unescape(text, i + 1, source)
-                    word.append(decoded)
-                else:
-                    word.append(c)
-                    i += 1
-            if i < n and text[i] not in " \t\n":
-                raise ValueError("%s: closing %s quote not followed by whitespace in %r" % (source, quote, text))
-        else:
-            while i < n and text[i] not in " \t\n":
-                if text[i] == "\\":
-                    decoded, i = _unescape(text, i + 1, source)
-                    word.append(decoded)
-                else:
-                    word.append(text[i])
-                    i += 1
+        quote = None
+        while i < n:
+            c = text[i]
+            if quote is None and c in " \t\n":
+                break
+            if c == "\\":
+                decoded, i = _unescape(text, i + 1, source)
+                word.append(decoded)
+            elif quote is None and c in "\"'":
+                quote = c
+                i += 1
+            elif c == quote:
+                quote = None
+                i += 1
+            else:
+                word.append(c)
+                i += 1
+        if quote:
+            raise ValueError("%s: unterminated %s quote in %r" % (source, quote, text))
         words.append("".join(word))
 
 

@@ -3,12 +3,17 @@
 # Apache License 2.0 (see LICENSE)
 """The unit reader and the numactl rewriting the real-process test relies on.
 
-Expected values for the Environment=/ExecStart= cases are the examples of
-systemd.service(5), "Command lines"
-(https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html).
+The Environment=/ExecStart= cases are the examples of systemd.service(5),
+"Command lines" (https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html),
+with the values systemd 252 really produces, and a unit read by systemd's
+own parser (`systemd --test --user` prints what it loaded) next to ours.
 """
 
+import os
+import re
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -27,10 +32,12 @@ def test_parse_exec_line_man_page_example_braced_and_bare_variables():
 
 
 def test_parse_exec_line_man_page_example_quotes_inside_values():
+    # The man page says ONE keeps its quotes; systemd 252 removes quotes
+    # inside a word (see test_reader_agrees_with_systemd_own_parser).
     environment = parse_environment(["ONE='one' \"TWO='two two' too\" THREE="])
-    assert environment == {"ONE": "'one'", "TWO": "'two two' too", "THREE": ""}
+    assert environment == {"ONE": "one", "TWO": "'two two' too", "THREE": ""}
     _, braced = parse_exec_line("/bin/echo ${ONE} ${TWO} ${THREE}", environment)
-    assert braced == ["/bin/echo", "'one'", "'two two' too", ""]
+    assert braced == ["/bin/echo", "one", "'two two' too", ""]
     _, bare = parse_exec_line("/bin/echo $ONE $TWO $THREE", environment)
     assert bare == ["/bin/echo", "one", "two two", "too"]
 
@@ -52,13 +59,13 @@ def test_split_words_c_escapes_and_single_quotes():
     assert split_words(r"a\tb 'c d' \x41\101 \u00e9") == ["a\tb", "c d", "AA", "\u00e9"]
 
 
-def test_split_words_quotes_inside_a_word_are_ordinary_characters():
-    assert split_words("ONE='one' it\"s") == ["ONE='one'", 'it"s']
+def test_split_words_quotes_inside_a_word_group_like_systemd():
+    assert split_words("ONE='one' a\"b c\"d 'x'y") == ["ONE=one", "ab cd", "xy"]
 
 
 @pytest.mark.parametrize("text, message", [
     ('"open', "unterminated"),
-    ('"a"b', "not followed by whitespace"),
+    ("it's", "unterminated"),
     ("a\\q", "invalid escape"),
 ])
 def test_split_words_rejects_bad_input(text, message):
@@ -164,3 +171,74 @@ def test_node_cpus_agrees_with_numactl_hardware():
     hardware = subprocess.run(["numactl", "--hardware"], stdout=subprocess.PIPE, text=True, check=True).stdout
     line = next(line for line in hardware.splitlines() if line.startswith("node 0 cpus:"))
     assert node_cpus(0) == [int(cpu) for cpu in line.split(":", 1)[1].split()]
+
+
+SYSTEMD = next((path for path in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if os.access(path, os.X_OK)), None)
+
+# Quoting, escapes, specifiers, $ and continuation lines, as units written
+# by hand or by the vllm role use them.
+TRICKY_UNIT = r"""[Service]
+Environment=ONE='one' "TWO='two two' too" THREE=
+Environment="A=a \"q\" 100%% $$x \\ y" B=x"y z"w
+ExecStart=/usr/bin/numactl --physcpubind=0-7,32-39 --membind=0 /opt/x/vllm-stub serve \
+    "acme/Llama \"7B\" 100%% $$HOME \\ tuned" \
+# a comment inside the continued line
+    a"b c"d \x41\t 'x'y --served-model-name "it's"
+"""
+
+
+def systemd_dump_words(line):
+    """Words of a command line as systemd prints it: double-quoted words
+    escape \\ " $ ` with a backslash and control characters C-style."""
+    controls = {"t": "\t", "n": "\n", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+    words = []
+    for token in re.findall(r'"(?:[^"\\]|\\.)*"|\S+', line):
+        if token.startswith('"'):
+            token = re.sub(r"\\(.)", lambda m: controls.get(m.group(1), m.group(1)), token[1:-1])
+        words.append(token)
+    return words
+
+
+def systemd_reads(unit_text, name="tricky.service"):
+    """(ExecStart argv, {Environment}) as systemd's own parser loaded them."""
+    work = tempfile.mkdtemp(prefix="unit-reader-")
+    try:
+        os.chmod(work, 0o755)
+        units, runtime = os.path.join(work, "units"), os.path.join(work, "runtime")
+        os.mkdir(units, 0o755)
+        os.mkdir(runtime, 0o700)
+        with open(os.path.join(units, name), "w") as unit:
+            unit.write(unit_text)
+        os.chmod(os.path.join(units, name), 0o644)
+        command = [SYSTEMD, "--test", "--user", "--unit=" + name, "--log-target=console"]
+        if os.geteuid() == 0:
+            # A user manager refuses to run as root: read the unit as nobody.
+            os.chown(runtime, 65534, 65534)
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
+        env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime, "HOME": runtime,
+               "SYSTEMD_UNIT_PATH": units + ":"}
+        result = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, timeout=120)
+    finally:
+        shutil.rmtree(work)
+    section = re.search(r"^\t-> Unit %s:\n(.*?)(?=^\t-> Unit |\Z)" % re.escape(name), result.stdout, re.S | re.M)
+    assert section, result.stdout[-3000:]
+    command_lines = re.findall(r"^\t+Command Line: (.*)$", section.group(1), re.M)
+    assert len(command_lines) == 1, section.group(1)
+    argv = systemd_dump_words(command_lines[0])
+    environment = dict(e.split("=", 1) for e in re.findall(r"^\t\tEnvironment: (.*)$", section.group(1), re.M))
+    return argv, environment
+
+
+@pytest.mark.skipif(SYSTEMD is None or (os.geteuid() == 0 and shutil.which("setpriv") is None),
+                    reason="systemd's manager binary (and setpriv as root) are needed")
+def test_reader_agrees_with_systemd_own_parser():
+    systemd_argv, systemd_environment = systemd_reads(TRICKY_UNIT)
+    sections = read_unit(TRICKY_UNIT)
+    ours_environment = parse_environment([v for k, v in sections["Service"] if k == "Environment"])
+    exec_start = next(v for k, v in sections["Service"] if k == "ExecStart")
+    # systemd prints the command line before $ expansion, which happens at exec time.
+    _, ours_argv = parse_exec_line(":" + exec_start, {})
+    assert ours_argv == systemd_argv
+    assert ours_environment == systemd_environment
+    assert ours_argv[5] == 'acme/Llama "7B" 100% $$HOME \\ tuned'
