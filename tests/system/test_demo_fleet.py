@@ -170,3 +170,4 @@ def test_demo_gateway_answers_every_request_from_every_instance(demo):
         key = (report["host"], report["port"])
         answered[key] = answered.get(key, 0) + 1
     assert set(answered) == {(e["address"], e["port"]) for e in demo["instances"]}, answered
+    print("demo fleet: %d instances answered %s" % (len(answered), sorted(answered.values())))
