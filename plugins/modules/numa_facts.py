@@ -43,7 +43,7 @@ options:
     default: false
   capture:
     description:
-      - Path of a capture file (YAML or JSON, C(capture_version: 1)) on the
+      - Path of a capture file (YAML or JSON, capture version 1) on the
         controller to replay instead of reading the target.
       - Relative paths are looked up like other controller files (the role or
         playbook C(files/) directory, the playbook directory, then the current
