@@ -16,6 +16,8 @@ fleet of identical machines costs one search.
 
 from __future__ import annotations
 
+import gc
+
 from ansible_collections.gpufleet.numa.plugins.module_utils import cpulist as _cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils import pci as _pci
 from ansible_collections.gpufleet.numa.plugins.module_utils import placement_search as _search
@@ -45,6 +47,7 @@ UNKNOWN_LINK_SCORE = -1
 
 _SEARCH_CACHE = {}
 _CPU_CACHE = {}
+_PLAN_CACHE = {}
 _CACHE_LIMIT = 4096
 _SCORE_CACHE = {}
 
@@ -57,6 +60,7 @@ def clear_cache():
     """Forget memoised searches (benchmarks use it to time a cold search)."""
     _SEARCH_CACHE.clear()
     _CPU_CACHE.clear()
+    _PLAN_CACHE.clear()
 
 
 # ---------------------------------------------------------------- options
@@ -147,12 +151,6 @@ def _score(link):
     return score
 
 
-def _gpu_order(gpu):
-    bus = gpu.get("pci_bus_id")
-    index = gpu.get("index")
-    return (bus is None, bus or "", index is None, index if index is not None else 0, str(gpu.get("id")))
-
-
 def _read_facts(facts, host):
     """Check the facts this module relies on; return (gpus in PCI order, nodes by id)."""
     if not isinstance(facts, dict):
@@ -166,21 +164,33 @@ def _read_facts(facts, host):
     if not isinstance(gpus, list):
         raise PlacementError("host %s: topology facts have no gpus list" % host)
     seen = set()
+    buses = []
     for i, gpu in enumerate(gpus):
         if not isinstance(gpu, dict) or not gpu.get("id"):
             raise PlacementError("host %s: gpus[%d] has no id" % (host, i))
-        if gpu["id"] in seen:
-            raise PlacementError("host %s: GPU id %s appears twice" % (host, gpu["id"]))
-        seen.add(gpu["id"])
+        gid = gpu["id"]
+        if gid in seen:
+            raise PlacementError("host %s: GPU id %s appears twice" % (host, gid))
+        seen.add(gid)
         node = gpu.get("numa_node")
-        if node is not None and not _is_int(node):
-            raise PlacementError("host %s: GPU %s has numa_node %r, not an integer or null" % (host, gpu["id"], node))
+        if node is not None and (node.__class__ is not int and (isinstance(node, bool) or not isinstance(node, int))):
+            raise PlacementError("host %s: GPU %s has numa_node %r, not an integer or null" % (host, gid, node))
+        buses.append(gpu.get("pci_bus_id"))
     nodes = {}
-    for i, entry in enumerate(facts.get("numa_nodes") or []):
-        if not isinstance(entry, dict) or not _is_int(entry.get("id")):
+    for i, entry in enumerate(facts.get("numa_nodes") or ()):
+        node_id = entry.get("id") if isinstance(entry, dict) else None
+        if node_id is None or isinstance(node_id, bool) or not isinstance(node_id, int):
             raise PlacementError("host %s: numa_nodes[%d] has no integer id" % (host, i))
-        nodes[int(entry["id"])] = entry
-    return sorted(gpus, key=_gpu_order), nodes
+        nodes[int(node_id)] = entry
+    if None not in buses and all(buses[i] < buses[i + 1] for i in range(len(buses) - 1)):
+        return gpus, nodes  # facts come sorted by bus id; checking is cheaper than sorting
+    # PCI order; GPUs without a bus id after those with one, by index
+    keys = [
+        (g.get("pci_bus_id") is None, g.get("pci_bus_id") or "", g.get("index") is None, g.get("index") or 0, str(g["id"]))
+        for g in gpus
+    ]
+    order = sorted(range(len(gpus)), key=keys.__getitem__)
+    return [gpus[i] for i in order], nodes
 
 
 def _node_sockets(facts, nodes):
@@ -197,16 +207,6 @@ def _node_sockets(facts, nodes):
 
 
 # ---------------------------------------------------------------- one host
-
-
-def _gpu_ref(gpu):
-    return {
-        "id": _text(gpu["id"]),
-        "pci_bus_id": _text(gpu.get("pci_bus_id")),
-        "index": _int(gpu.get("index")),
-        "uuid": _text(gpu.get("uuid")),
-        "name": _text(gpu.get("name")),
-    }
 
 
 def _fmt_ints(values):
@@ -232,50 +232,201 @@ def plan_host_validated(facts, opts, host=None):
     return _plan_host(facts, host, opts)
 
 
-def _text(value):
-    # plain str out, whatever str subclass came in (templating tags values)
-    return None if value is None else str(value)
-
-
 def _int(value):
     return None if value is None else int(value)
 
 
-def _plan_host(facts, host, opts):
+def _plan_host(facts, host, opts, fleet=None):
+    """Plan one host: read the facts, reuse or build the plan template, fill in identities."""
     host = host or (facts.get("hostname") if isinstance(facts, dict) else None) or "(unnamed host)"
     gpus, nodes = _read_facts(facts, host)
-    tp = opts["tp_size"]
-    pp = opts["pp_size"]
     exclude = opts["exclude_gpus"]
-    node_socket = _node_sockets(facts, nodes)
     warnings = []
-    unused = []
+    status = []  # per GPU (PCI order): its NUMA node, EXCLUDED, or None (unknown)
     placeable = []
-    for gpu in gpus:
+    for pos, gpu in enumerate(gpus):
         if exclude and (gpu["id"] in exclude or gpu.get("pci_bus_id") in exclude or gpu.get("uuid") in exclude):
-            unused.append((gpu, "excluded by exclude_gpus"))
+            status.append(_EXCLUDED)
         elif gpu.get("numa_node") is None:
-            unused.append((gpu, "NUMA node unknown (numa_node is null): cannot be placed socket-locally"))
+            status.append(None)
             warnings.append("GPU %s (index %s) has no known NUMA node; left unused" % (gpu["id"], gpu.get("index")))
         else:
-            placeable.append(gpu)
+            status.append(int(gpu["numa_node"]))
+            placeable.append(pos)
+    links = facts.get("links") or {}
+    ids = [gpus[pos]["id"] for pos in placeable]
+    raw = []
+    empty = {}
+    for a in ids:
+        raw.append(tuple(map((links.get(a) or empty).get, ids)))
+    if sum(r.count(None) for r in raw) > len(ids):
+        missing = [(ids[i], ids[j]) for i in range(len(ids)) for j in range(i + 1, len(ids))
+                   if raw[i][j] is None and raw[j][i] is None]
+        if missing:
+            warnings.append(
+                "%d GPU pair(s) have no link class in the facts (first: %s - %s); ranked below SYS"
+                % (len(missing), missing[0][0], missing[0][1])
+            )
+    key = (
+        opts["tp_size"], opts["pp_size"], opts["allow_span"], opts["reserved_cpus_per_socket"],
+        opts["max_instances_per_host"], tuple(status), tuple(raw), _host_shape(facts, nodes, status),
+    )
+    template = _PLAN_CACHE.get(key)
+    if template is None:
+        template = _build_template(facts, host, opts, gpus, nodes, status, placeable, raw)
+        if len(_PLAN_CACHE) >= _CACHE_LIMIT:
+            _PLAN_CACHE.clear()
+        _PLAN_CACHE[key] = template
+    if fleet is not None:
+        fleet = fleet(len(template["groups"]), host)
+    return _instantiate(template, host, gpus, warnings, fleet)
+
+
+_EXCLUDED = "excluded"
+
+
+def _host_shape(facts, nodes, status):
+    """Everything besides GPUs and links that the plan depends on (CPUs, sockets, SMT)."""
+    node_rows = tuple(
+        (n, e.get("cpus"), e.get("socket")) for n, e in sorted(nodes.items())
+    )
+    sockets = tuple((s.get("id"), tuple(s.get("numa_nodes") or ())) for s in facts.get("sockets") or ())
+    smt = tuple(map(tuple, facts.get("smt_siblings") or ()))
+    extra = None
+    if any(not e.get("cpus") for e in nodes.values()):
+        # nearest-node fallback reads distances
+        extra = tuple((n, tuple(sorted((str(k), v) for k, v in (e.get("distances") or {}).items())))
+                      for n, e in sorted(nodes.items()))
+    if any(isinstance(s, int) and s not in nodes for s in status):
+        # nodes missing from numa_nodes fall back to their GPUs' local_cpus
+        extra = (extra, tuple((g.get("numa_node"), g.get("local_cpus")) for g in facts["gpus"]))
+    return node_rows, sockets, smt, extra
+
+
+def _text(value):
+    # plain str out, whatever str subclass came in (templating tags values)
+    if type(value) is str or value is None:
+        return value
+    return str(value)
+
+
+def _ref(gpu):
+    """A GPU as plans name it, in plain types."""
+    gid = gpu["id"]
+    bus = gpu.get("pci_bus_id")
+    index = gpu.get("index")
+    uuid = gpu.get("uuid")
+    name = gpu.get("name")
+    if type(gid) is not str:
+        gid = str(gid)
+    if bus is not None and type(bus) is not str:
+        bus = str(bus)
+    if index is not None and type(index) is not int:
+        index = int(index)
+    if uuid is not None and type(uuid) is not str:
+        uuid = str(uuid)
+    if name is not None and type(name) is not str:
+        name = str(name)
+    return {"id": gid, "pci_bus_id": bus, "index": index, "uuid": uuid, "name": name}
+
+
+def _instantiate(template, host, gpus, warnings, fleet=None):
+    """The plan of one host from its template; with fleet=(tp, pp, slots, range_len) the
+    groups are built directly as fleet instances (name, ordinal, ports)."""
+    out_groups = []
+    host = _text(host)
+    for ordinal, (stages, (nodes, sockets, cpus, shared, policy, worst, reason)) in enumerate(template["groups"]):
+        stage_out = []
+        members = []
+        for positions, (s_nodes, s_socket, s_sockets, s_worst) in stages:
+            refs = [_ref(gpus[p]) for p in positions]
+            stage_out.append(
+                {
+                    "gpus": [r["id"] for r in refs],
+                    "gpu_indices": [r["index"] for r in refs],
+                    "numa_nodes": list(s_nodes),
+                    "socket": s_socket,
+                    "sockets": list(s_sockets),
+                    "worst_link": s_worst,
+                }
+            )
+            members.extend(refs)
+        if fleet is not None:
+            tp, pp, slots, last = fleet
+            name, port, dist = slots[ordinal]
+            out_groups.append(
+                {
+                    "host": host,
+                    "name": name,
+                    "ordinal": ordinal,
+                    "tp_size": tp,
+                    "pp_size": pp,
+                    "gpus": members,
+                    "gpu_indices": [r["index"] for r in members],
+                    "stages": stage_out,
+                    "numa_nodes": list(nodes),
+                    "sockets": list(sockets),
+                    "cpus": cpus,
+                    "cpus_shared_node": shared,
+                    "memory_policy": policy,
+                    "worst_link": worst,
+                    "port": port,
+                    "dist_port": dist,
+                    "dist_port_range": [dist, dist + last],
+                    "reason": reason,
+                }
+            )
+            continue
+        out_groups.append(
+            {
+                "gpus": members,
+                "gpu_indices": [r["index"] for r in members],
+                "stages": stage_out,
+                "numa_nodes": list(nodes),
+                "sockets": list(sockets),
+                "cpus": cpus,
+                "cpus_shared_node": shared,
+                "memory_policy": policy,
+                "worst_link": worst,
+                "reason": reason,
+            }
+        )
+    unused = []
+    for p, why in template["unused"]:
+        ref = _ref(gpus[p])
+        unused.append({"id": ref["id"], "index": ref["index"], "reason": why})
+    return {
+        "host": host,
+        "groups": out_groups,
+        "unused": unused,
+        "warnings": warnings + template["notes"],
+    }
+
+
+def _build_template(facts, host, opts, gpus, nodes, status, placeable_pos, raw):
+    """The plan of a host by GPU position, free of identities (shared by identical hosts)."""
+    tp = opts["tp_size"]
+    pp = opts["pp_size"]
+    node_socket = _node_sockets(facts, nodes)
+    unused = []
+    for pos, state in enumerate(status):
+        if state is _EXCLUDED:
+            unused.append((pos, "excluded by exclude_gpus"))
+        elif state is None:
+            unused.append((pos, "NUMA node unknown (numa_node is null): cannot be placed socket-locally"))
+    placeable = [gpus[pos] for pos in placeable_pos]
 
     # Labels: a node without a known socket is its own socket (rule 7).
-    node_of = [int(g["numa_node"]) for g in placeable]
+    node_of = [status[pos] for pos in placeable_pos]
     socket_of = [node_socket[n] if node_socket.get(n) is not None else ("node", n) for n in node_of]
-    links = facts.get("links") or {}
     n = len(placeable)
     score = [[0] * n for _ in range(n)]
-    unknown_pairs = []
+    link_name = {}
     for i in range(n):
-        row = links.get(placeable[i]["id"]) or {}
         for j in range(i + 1, n):
-            link = row.get(placeable[j]["id"])
-            if link is None:
-                link = (links.get(placeable[j]["id"]) or {}).get(placeable[i]["id"])
+            link = raw[i][j] if raw[i][j] is not None else raw[j][i]
             if link is None:
                 s = UNKNOWN_LINK_SCORE
-                unknown_pairs.append((placeable[i]["id"], placeable[j]["id"]))
             else:
                 try:
                     s = _score(link)
@@ -284,12 +435,8 @@ def _plan_host(facts, host, opts):
                         "host %s: unknown link class %r between GPUs %s and %s"
                         % (host, link, placeable[i]["id"], placeable[j]["id"])
                     )
+                link_name[(i, j)] = _text(link)
             score[i][j] = score[j][i] = s
-    if unknown_pairs:
-        warnings.append(
-            "%d GPU pair(s) have no link class in the facts (first: %s - %s); ranked below SYS"
-            % (len(unknown_pairs), unknown_pairs[0][0], unknown_pairs[0][1])
-        )
 
     per_socket = {}
     for s in socket_of:
@@ -302,7 +449,7 @@ def _plan_host(facts, host, opts):
         if not n:
             raise PlacementError(
                 "host %s: none of its %d GPUs can be placed (%s)"
-                % (host, len(gpus), "; ".join("%s: %s" % (g["id"], why) for g, why in unused))
+                % (host, len(gpus), "; ".join("%s: %s" % (gpus[p]["id"], why) for p, why in unused))
             )
         if not opts["allow_span"]:
             raise PlacementError(
@@ -330,54 +477,45 @@ def _plan_host(facts, host, opts):
     instances.sort(key=lambda stages: stages[0][0])
 
     used = set(g for group in groups for g in group)
-    unused.extend(_unused_reasons(placeable, used, result, tp, pp, opts, span, socket_of, node_of))
+    for i, why in _unused_reasons(n, used, result, tp, pp, opts, span, socket_of, node_of):
+        unused.append((placeable_pos[i], why))
+    unused.sort()
 
-    cpu_plan = _assign_cpus(facts, nodes, node_socket, instances, node_of, opts["reserved_cpus_per_socket"], host, warnings)
+    notes = []
+    cpu_plan = _assign_cpus(facts, nodes, node_socket, instances, node_of, opts["reserved_cpus_per_socket"], host, notes)
 
     out_groups = []
     for idx, stages in enumerate(instances):
         stage_entries = []
-        all_gpus = []
+        members = []
         for stage in stages:
-            s_nodes = sorted(set(node_of[g] for g in stage))
-            s_sockets = sorted(set(socket_of[g] for g in stage if not isinstance(socket_of[g], tuple)))
-            worst = _worst_link(stage, score, links, placeable)
-            stage_entries.append(
-                {
-                    "gpus": [_text(placeable[g]["id"]) for g in stage],
-                    "gpu_indices": [_int(placeable[g].get("index")) for g in stage],
-                    "numa_nodes": s_nodes,
-                    "socket": s_sockets[0] if len(s_sockets) == 1 and len(set(socket_of[g] for g in stage)) == 1 else None,
-                    "sockets": s_sockets,
-                    "worst_link": worst,
-                }
-            )
-            all_gpus.extend(stage)
-        i_nodes = sorted(set(node_of[g] for g in all_gpus))
-        i_sockets = sorted(set(socket_of[g] for g in all_gpus if not isinstance(socket_of[g], tuple)))
-        interleave = any(len(st["numa_nodes"]) > 1 for st in stage_entries)
+            s_nodes = tuple(sorted(set(node_of[g] for g in stage)))
+            labels = set(socket_of[g] for g in stage)
+            s_sockets = tuple(sorted(x for x in labels if not isinstance(x, tuple)))
+            worst = _worst_link(stage, score, link_name)
+            s_socket = s_sockets[0] if len(labels) == 1 and s_sockets else None
+            stage_entries.append((tuple(placeable_pos[g] for g in stage), (s_nodes, s_socket, s_sockets, worst)))
+            members.extend(stage)
+        i_nodes = tuple(sorted(set(node_of[g] for g in members)))
+        i_sockets = tuple(sorted(set(socket_of[g] for g in members if not isinstance(socket_of[g], tuple))))
+        interleave = any(len(st[1][0]) > 1 for st in stage_entries)
         worst_stage = stage_entries[min(range(len(stages)), key=lambda k: _group_worst(stages[k], score))]
         cpus, shared = cpu_plan[idx]
         out_groups.append(
-            {
-                "gpus": [_gpu_ref(placeable[g]) for g in all_gpus],
-                "gpu_indices": [_int(placeable[g].get("index")) for g in all_gpus],
-                "stages": stage_entries,
-                "numa_nodes": i_nodes,
-                "sockets": i_sockets,
-                "cpus": cpus,
-                "cpus_shared_node": shared,
-                "memory_policy": "interleave" if interleave else "bind",
-                "worst_link": worst_stage["worst_link"],
-                "reason": _group_reason(stage_entries, span, interleave),
-            }
+            (
+                stage_entries,
+                (
+                    i_nodes,
+                    i_sockets,
+                    cpus,
+                    shared,
+                    "interleave" if interleave else "bind",
+                    worst_stage[1][3],
+                    _group_reason(stage_entries, span, interleave),
+                ),
+            )
         )
-    return {
-        "host": _text(host),
-        "groups": out_groups,
-        "unused": [{"id": _text(g["id"]), "index": _int(g.get("index")), "reason": why} for g, why in unused],
-        "warnings": warnings,
-    }
+    return {"groups": out_groups, "unused": unused, "notes": notes}
 
 
 def _sort_label(label):
@@ -393,25 +531,23 @@ def _group_worst(group, score):
     return worst
 
 
-def _worst_link(group, score, links, placeable):
+def _worst_link(group, score, link_name):
     worst = None
     name = None
     for i, a in enumerate(group):
         for b in group[i + 1 :]:
             if worst is None or score[a][b] < worst:
                 worst = score[a][b]
-                name = (links.get(placeable[a]["id"]) or {}).get(placeable[b]["id"]) or (
-                    links.get(placeable[b]["id"]) or {}
-                ).get(placeable[a]["id"])
-    return _text(name)
+                name = link_name.get((min(a, b), max(a, b)))
+    return name
 
 
 def _group_reason(stage_entries, span, interleave):
     parts = []
-    for st in stage_entries:
-        text = "%d GPU%s on %s" % (len(st["gpus"]), "" if len(st["gpus"]) == 1 else "s", _where(st["numa_nodes"], st["sockets"]))
-        if st["worst_link"]:
-            text += ", worst link %s" % st["worst_link"]
+    for positions, (s_nodes, _socket, s_sockets, worst) in stage_entries:
+        text = "%d GPU%s on %s" % (len(positions), "" if len(positions) == 1 else "s", _where(s_nodes, s_sockets))
+        if worst:
+            text += ", worst link %s" % worst
         parts.append(text)
     if len(parts) == 1:
         reason = parts[0]
@@ -426,12 +562,12 @@ def _group_reason(stage_entries, span, interleave):
     return reason
 
 
-def _unused_reasons(placeable, used, result, tp, pp, opts, span, socket_of, node_of):
+def _unused_reasons(n, used, result, tp, pp, opts, span, socket_of, node_of):
     out = []
     cap = opts["max_instances_per_host"]
     max_groups = sum(len(d) // tp for d in result["domains"] if len(d) >= tp)
     capped = cap is not None and max_groups // pp > cap
-    for pos, gpu in enumerate(placeable):
+    for pos in range(n):
         if pos in used:
             continue
         where = _where([node_of[pos]], [] if isinstance(socket_of[pos], tuple) else [socket_of[pos]])
@@ -445,7 +581,7 @@ def _unused_reasons(placeable, used, result, tp, pp, opts, span, socket_of, node
             why = "pp_size %d: the %d possible group(s) leave a group without a full pipeline" % (pp, max_groups)
         else:
             why = "no complete group of %d GPUs left on its %s (%s)" % (tp, "host" if span else "socket", where)
-        out.append((gpu, why))
+        out.append((pos, why))
     return out
 
 
@@ -656,6 +792,19 @@ def plan_fleet(fleet, **options):
 
     fleet: mapping host -> vars (hostvars-like) or host -> topology facts.
     """
+    # The plan is a tree of small new containers and holds no cycles; cyclic
+    # garbage collections while building it would only walk the (large)
+    # inventory again and again, so they wait until the plan is done.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _plan_fleet(fleet, options)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _plan_fleet(fleet, options):
     opts = validate_options(options, FLEET_OPTIONS)
     hosts = fleet
     if not isinstance(hosts, dict):
@@ -667,7 +816,8 @@ def plan_fleet(fleet, **options):
         missing = [h for h in names if h not in hosts]
         if missing:
             raise PlacementError("hosts not in the input: %s" % ", ".join(missing))
-        dupes = sorted(set(h for h in names if names.count(h) > 1))
+        seen = set()
+        dupes = sorted(set(h for h in names if h in seen or seen.add(h)))
         if dupes:
             raise PlacementError("hosts listed twice: %s" % ", ".join(dupes))
     exclude = opts["exclude_gpus"]
@@ -680,32 +830,34 @@ def plan_fleet(fleet, **options):
     unused = []
     warnings = []
     gpu_total = 0
-    most = 0
+    slots = []  # per ordinal: name, API port, VLLM_PORT base; the same on every host
+    checked = set()
+    tp, pp = opts["tp_size"], opts["pp_size"]
+    last = opts["dist_port_stride"] - 1
+
+    def fleet_slots(count, host):
+        # ports depend only on the per-host ordinal; checked once per instance count
+        if count not in checked:
+            _check_ports(opts, count, host)
+            checked.add(count)
+        while len(slots) < count:
+            ordinal = len(slots)
+            dist = opts["dist_port_base"] + ordinal * opts["dist_port_stride"]
+            slots.append(("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist))
+        return tp, pp, slots, last
+
     for host in names:
         facts = host_facts(host, hosts[host])
         if isinstance(exclude, dict):
             host_opts["exclude_gpus"] = exclude.get(host, frozenset())
-        plan = _plan_host(facts, host, host_opts)
+        plan = _plan_host(facts, host, host_opts, fleet_slots)
         gpu_total += len(facts["gpus"])
-        most = max(most, len(plan["groups"]))
-        _check_ports(opts, len(plan["groups"]), host)
-        for ordinal, group in enumerate(plan["groups"]):
-            dist = opts["dist_port_base"] + ordinal * opts["dist_port_stride"]
-            instance = {
-                "host": host,
-                "name": "%s%d" % (opts["name_prefix"], ordinal),
-                "ordinal": ordinal,
-                "tp_size": opts["tp_size"],
-                "pp_size": opts["pp_size"],
-            }
-            instance.update(group)
-            instance["port"] = opts["base_port"] + ordinal * opts["port_stride"]
-            instance["dist_port"] = dist
-            instance["dist_port_range"] = [dist, dist + opts["dist_port_stride"] - 1]
-            instances.append(instance)
+        instances.extend(plan["groups"])
+        host = plan["host"]
         for entry in plan["unused"]:
-            unused.append(dict(entry, host=host))
-        warnings.extend("%s: %s" % (host, w) for w in plan["warnings"])
+            unused.append({"host": host, "id": entry["id"], "index": entry["index"], "reason": entry["reason"]})
+        if plan["warnings"]:
+            warnings.extend("%s: %s" % (host, w) for w in plan["warnings"])
     used = sum(len(i["gpus"]) for i in instances)
     return {
         "instances": instances,
