@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
@@ -87,7 +86,7 @@ def pcie16(host, b):
 
 def nps4_16(host, b):
     nodes = dict((n, (n // 4, "%d-%d" % (16 * n, 16 * n + 15))) for n in range(8))
-    return _facts(host, nodes, [n for n in range(8) for _ in (0, 1)],
+    return _facts(host, nodes, [n for n in range(8) for _twice in (0, 1)],
                   lambda i, j: "SYS" if i // 8 != j // 8 else ("XGMI2" if i // 2 == j // 2 else "XGMI1"), 0, b)
 
 
@@ -111,7 +110,7 @@ def build_fleet(count, mix, seed):
 def timed(fleet, exclude, tp, repeat):
     """Best wall and CPU seconds over `repeat` cold runs (caches cleared before each)."""
     best_wall = best_cpu = None
-    for _ in range(repeat):
+    for _run in range(repeat):
         placement.clear_cache()
         wall, cpu = time.perf_counter(), time.process_time()
         plan = placement.plan_fleet(fleet, tp_size=tp, exclude_gpus=exclude)
@@ -126,7 +125,7 @@ def uncached_search_cost(mix, tp):
     for build in mix:
         facts = build("probe", 0x10)
         times = []
-        for _ in range(5):
+        for _run in range(5):
             placement.clear_cache()
             start = time.process_time()
             placement.plan_host(facts, tp_size=tp)
@@ -138,7 +137,7 @@ def uncached_search_cost(mix, tp):
 def calibration():
     """CPU seconds for 10**7 integer additions: scales the figures to other machines."""
     best = None
-    for _ in range(3):
+    for _run in range(3):
         start = time.process_time()
         total = 0
         for i in range(10 ** 7):

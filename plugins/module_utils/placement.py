@@ -305,7 +305,7 @@ def _host_shape(facts, nodes, status):
 
 def _text(value):
     # plain str out, whatever str subclass came in (templating tags values)
-    if type(value) is str or value is None:
+    if value.__class__ is str or value is None:
         return value
     return str(value)
 
@@ -317,15 +317,15 @@ def _ref(gpu):
     index = gpu.get("index")
     uuid = gpu.get("uuid")
     name = gpu.get("name")
-    if type(gid) is not str:
+    if gid.__class__ is not str:
         gid = str(gid)
-    if bus is not None and type(bus) is not str:
+    if bus is not None and bus.__class__ is not str:
         bus = str(bus)
-    if index is not None and type(index) is not int:
+    if index is not None and index.__class__ is not int:
         index = int(index)
-    if uuid is not None and type(uuid) is not str:
+    if uuid is not None and uuid.__class__ is not str:
         uuid = str(uuid)
-    if name is not None and type(name) is not str:
+    if name is not None and name.__class__ is not str:
         name = str(name)
     return {"id": gid, "pci_bus_id": bus, "index": index, "uuid": uuid, "name": name}
 
@@ -420,7 +420,7 @@ def _build_template(facts, host, opts, gpus, nodes, status, placeable_pos, raw):
     node_of = [status[pos] for pos in placeable_pos]
     socket_of = [node_socket[n] if node_socket.get(n) is not None else ("node", n) for n in node_of]
     n = len(placeable)
-    score = [[0] * n for _ in range(n)]
+    score = [[0] * n for _row in range(n)]
     link_name = {}
     for i in range(n):
         for j in range(i + 1, n):
@@ -707,7 +707,7 @@ def _compute_cpus(facts, nodes, node_socket, inst_nodes, smt, reserved):
     for idx, src in enumerate(sources):
         for n, w in src:
             users.setdefault(n, []).append((idx, w))
-    parts = [set() for _ in inst_nodes]
+    parts = [set() for _inst in inst_nodes]
     shared = [False] * len(inst_nodes)
     for n, members in users.items():
         cpus = available[n]

@@ -249,7 +249,7 @@ def random_host(rng, case):
             nodes[s * per_socket + k] = (s, format_cpulist(threads))
     n_gpus = rng.randint(0, 16)
     palette = rng.sample(LINKS, rng.randint(1, 4))
-    gpu_nodes = [None if rng.random() < 0.04 else rng.choice(sorted(nodes)) for _ in range(n_gpus)]
+    gpu_nodes = [None if rng.random() < 0.04 else rng.choice(sorted(nodes)) for _gpu in range(n_gpus)]
     table = {}
     for i in range(n_gpus):
         for j in range(i + 1, n_gpus):
