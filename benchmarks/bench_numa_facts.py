@@ -57,7 +57,7 @@ def fallback_timer(commands, runs, env, workdir):
     results = []
     for name, command in commands:
         samples = []
-        for _ in range(runs + 1):
+        for dummy_run in range(runs + 1):
             start = time.perf_counter()
             subprocess.run(command, shell=True, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
             samples.append(time.perf_counter() - start)
@@ -121,8 +121,8 @@ def main():
     capture = load_capture(biggest)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
-    for _ in range(opts.core_runs):
-        facts, _ = topology.gather(CaptureReader(capture), captured=True)
+    for dummy_run in range(opts.core_runs):
+        facts = topology.gather(CaptureReader(capture), captured=True)[0]
     core_s = (time.perf_counter() - start) / opts.core_runs
     print("3. in-process core on the largest capture (%s, %d KiB, %d GPUs, %d files)" % (
         os.path.basename(os.path.dirname(biggest)), os.path.getsize(biggest) // 1024, len(facts["gpus"]),

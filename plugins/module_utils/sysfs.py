@@ -267,7 +267,7 @@ def pci_devices(reader, nodes, warnings):
                 "pci_path": _pci_chain(reader, entry),
             })
         elif prefix in NIC_CLASSES:
-            node, local_cpus, _ = _locality(reader, base, bus_id, "NIC", nodes, warnings)
+            node, local_cpus, dummy_reported = _locality(reader, base, bus_id, "NIC", nodes, warnings)
             nics.append({
                 "id": bus_id,
                 "pci_bus_id": bus_id,

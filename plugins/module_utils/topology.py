@@ -258,7 +258,7 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
 
     nodes = [dict(n) for n in sys_part.get("numa_nodes") or []]
     if not nodes:
-        nodes = _numa_nodes_from_partials([p for _, p in ordered if p])
+        nodes = _numa_nodes_from_partials([partial for dummy_source, partial in ordered if partial])
     node_ids = [n["id"] for n in nodes]
 
     gpus = []
@@ -377,7 +377,7 @@ def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi
         facts, raw = gather(recorder, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname, record=True)
         recorder.record_nvml(raw)
         return facts, recorder.capture
-    facts, _ = gather(reader, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname)
+    facts = gather(reader, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname)[0]
     return facts, None
 
 
@@ -389,7 +389,7 @@ def facts_from_capture(capture, hostname=None):
     """
     data = load_capture(capture)
     reader = CaptureReader(data)
-    facts, _ = gather(reader, hostname=hostname or data.get("hostname"), captured=True)
+    facts = gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
     return facts
 
 

@@ -221,7 +221,7 @@ class CaptureReader(Reader):
             for key in list(self._files) + list(self._symlinks) + list(self._directories):
                 path = str(key).rstrip("/")
                 while path:
-                    parent, _, name = path.rpartition("/")
+                    parent, dummy_sep, name = path.rpartition("/")
                     names = children.setdefault(parent or "/", set())
                     if name in names:
                         break  # this parent's ancestors are registered already

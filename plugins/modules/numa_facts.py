@@ -23,7 +23,7 @@ description:
   - With O(record=true) the result also holds C(capture), the raw inputs this
     run read, to be saved as a capture file and replayed later.
 author:
-  - gpufleet.numa contributors
+  - gpufleet.numa contributors (@gpufleet)
 requirements:
   - Python 3.8 or later on the target, standard library only.
 options:
@@ -175,9 +175,9 @@ ansible_facts:
               type: int
               sample: 515000
             distances:
-              description: SLIT distance to every node by node id; empty when unknown.
+              description: SLIT distance to every node by node id (keys are strings once the result is JSON); empty when unknown.
               type: dict
-              sample: {0: 10, 1: 21}
+              sample: {"0": 10, "1": 21}
             socket:
               description: Socket of the node's CPUs; null when unknown.
               type: int

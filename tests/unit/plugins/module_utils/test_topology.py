@@ -52,7 +52,7 @@ def machine(request):
 
 
 def test_facts_from_capture_recorded_machines_have_every_schema_key(machine):
-    _, facts, _ = machine
+    facts = machine[1]
     assert set(facts) == FACT_KEYS
     assert facts["schema_version"] == 1
     assert "capture" in facts["sources"]
@@ -64,7 +64,7 @@ def test_facts_from_capture_recorded_machines_have_every_schema_key(machine):
 
 
 def test_facts_from_capture_recorded_machines_match_expected_gpus(machine):
-    _, facts, expected = machine
+    facts, expected = machine[1], machine[2]
     got = dict((g["id"], g) for g in facts["gpus"])
     assert sorted(got) == sorted(expected["gpus"])
     for gpu_id, fields in expected["gpus"].items():
@@ -73,7 +73,7 @@ def test_facts_from_capture_recorded_machines_match_expected_gpus(machine):
 
 
 def test_facts_from_capture_recorded_machines_match_expected_links(machine):
-    _, facts, expected = machine
+    facts, expected = machine[1], machine[2]
     want = expected.get("links") or {}
     for a, row in want.items():
         for b, cls in row.items():
@@ -84,14 +84,14 @@ def test_facts_from_capture_recorded_machines_match_expected_links(machine):
 
 
 def test_facts_from_capture_unknown_numa_is_null_with_warning(machine):
-    _, facts, _ = machine
+    facts = machine[1]
     for gpu in facts["gpus"]:
         if gpu["numa_node"] is None:
             assert any(gpu["id"] in w and "unknown" in w for w in facts["warnings"]), gpu["id"]
 
 
 def test_facts_from_capture_gpus_sorted_by_bus_id_then_index(machine):
-    _, facts, _ = machine
+    facts = machine[1]
     keys = [(g["pci_bus_id"] is None, g["pci_bus_id"] or "", g["index"]) for g in facts["gpus"]]
     assert keys == sorted(keys)
 
@@ -262,7 +262,7 @@ def test_gather_live_root_prefix_reads_copied_tree(tmp_path):
         target = tmp_path / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(link, str(target))
-    facts, _ = topology.gather(LiveReader(root=str(tmp_path), which=lambda name: None), hostname="copy")
+    facts = topology.gather(LiveReader(root=str(tmp_path), which=lambda name: None), hostname="copy")[0]
     assert [g["id"] for g in facts["gpus"]] == ["0000:01:00.0", "0000:81:00.0"]
     assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "SYS"
 

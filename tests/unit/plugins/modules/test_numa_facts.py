@@ -40,7 +40,7 @@ def ad_hoc(module, args=None, extra=()):
     argv += list(extra)
     proc = subprocess.run(argv, cwd=REPO, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=120, check=False)
-    _, sep, payload = proc.stdout.partition("=>")
+    dummy_head, sep, payload = proc.stdout.partition("=>")
     assert sep, "no result in ansible output:\n%s\n%s" % (proc.stdout, proc.stderr)
     return proc.returncode, json.loads(payload)
 
