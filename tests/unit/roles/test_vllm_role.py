@@ -35,12 +35,14 @@ GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "vllm"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 PYTHON = REPO / ".venv" / "bin" / "python"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-NUMACTL = shutil.which("numactl") or "/usr/bin/numactl"
+NUMACTL = "/usr/bin/numactl" if os.access("/usr/bin/numactl", os.X_OK) else shutil.which("numactl")
 SYSTEMD = next(
     (p for p in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if os.access(p, os.X_OK)), None
 )
 PLANS = yaml.safe_load((GOLDEN / "plans.yml").read_text())
 STAGING_TOKEN = "@STAGING@"
+RUN_USER = getpass.getuser()
+RUN_GROUP = grp.getgrgid(os.getgid()).gr_name
 
 pytestmark = pytest.mark.skipif(
     SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed (scripts/setup installs it)"
@@ -69,8 +71,8 @@ def staging_vars(tmp_path):
         "vllm_install": False,
         "vllm_manage_user": False,
         "vllm_manage_service": False,
-        "vllm_user": getpass.getuser(),
-        "vllm_group": grp.getgrgid(os.getgid()).gr_name,
+        "vllm_user": RUN_USER,
+        "vllm_group": RUN_GROUP,
         "vllm_executable": str(fake_vllm),
         "vllm_numactl": NUMACTL,
         "vllm_state_dir": str(staging / "var/lib/vllm"),
@@ -239,11 +241,14 @@ def expected_argv(instance, variables, binding):
 
 
 def rendered_files(tmp_path):
-    """Files the role wrote that golden files cover, staging path normalised."""
+    """Files the role wrote that golden files cover, with the staging path and
+    the account running the tests normalised."""
     files = {}
     for folder in (unit_dir(tmp_path), config_dir(tmp_path)):
         for path in sorted(folder.iterdir()):
-            files[path.name] = path.read_text().replace(str(tmp_path), STAGING_TOKEN)
+            text = path.read_text().replace(str(tmp_path), STAGING_TOKEN)
+            text = re.sub(r"^User=%s$" % re.escape(RUN_USER), "User=@USER@", text, flags=re.M)
+            files[path.name] = re.sub(r"^Group=%s$" % re.escape(RUN_GROUP), "Group=@GROUP@", text, flags=re.M)
     return files
 
 
