@@ -151,7 +151,7 @@ def http_request(address, port, method, path, body=None, headers=None, timeout=5
 
 
 class ProcessGroup:
-    """Processes started for a test, each in its own session so that
+    """Processes started for a test, each leading its own process group so that
     stopping one stops its children; `stop_all` is safe to call twice."""
 
     def __init__(self, log_dir):
