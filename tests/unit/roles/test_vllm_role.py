@@ -425,6 +425,11 @@ def test_vllm_shrinking_plan_removes_only_stale_managed_units(tmp_path):
     assert sorted(p.name for p in config_dir(tmp_path).iterdir()) == ["gpufleet-notes.yaml", "secrets.env"]
     assert "--config" not in (units / "gpufleet-vllm-0.service").read_text()
 
+    # An empty plan removes the role's last unit and nothing else.
+    rc, output, changed = run_role(tmp_path, [])
+    assert rc == 0 and changed > 0, output
+    assert sorted(p.name for p in units.iterdir()) == sorted(foreign)
+
 
 def test_vllm_secrets_only_in_environment_file(tmp_path):
     api_key = 'sk-"quoted"-$dollar-\\back-`tick`'
