@@ -286,3 +286,32 @@ def test_pci_tree_links_recorded_machines_match_expected_pcie_links(path):
     part = sysfs.collect(CaptureReader(load_capture(os.path.join(path, "capture.yml"))))
     # The PCI tree alone, without the XGMI links KFD adds on top.
     assert sysfs.pci_tree_links(part["gpus"], part["numa_nodes"]) == expected["pcie_links"]
+
+
+def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(tmp_path):
+    # No NVIDIA driver here: a stand-in binary prints recorded output, so the
+    # live command path (binary override, C locale runner, recording) runs.
+    tree = tmp_path / "root"
+    capture = two_gpu_host().capture()
+    for path, content in capture["files"].items():
+        target = tree / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    for path, link in capture["symlinks"].items():
+        target = tree / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(link, str(target))
+    (tmp_path / "topo.txt").write_text(TOPO_TEXT)
+    (tmp_path / "query.txt").write_text(QUERY_TEXT)
+    binary = tmp_path / "nvidia-smi-recorded"
+    binary.write_text('#!/bin/sh\ncase "$1" in\n  topo) cat %s/topo.txt ;;\n  --query-gpu=*) cat %s/query.txt ;;\n'
+                      '  *) exit 9 ;;\nesac\n' % (tmp_path, tmp_path))
+    binary.chmod(0o755)
+    facts, recorded = topology.gather_live(root=str(tree), nvidia_smi_binary=str(binary), record=True,
+                                           hostname="gpu-b")
+    assert facts["sources"] == ["sysfs", "nvidia-smi"]
+    assert facts["gpus"][0]["name"] == "NVIDIA RTX A6000"
+    assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "NV4"
+    assert recorded["commands"] == {TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT}
+    replayed = topology.facts_from_capture(recorded)
+    assert replayed["gpus"] == facts["gpus"] and replayed["links"] == facts["links"]
