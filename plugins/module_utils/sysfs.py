@@ -341,23 +341,32 @@ def _properties(text):
     return values
 
 
-def kfd_xgmi_links(reader, warnings):
-    """AMD XGMI links from the KFD topology: {bus id: {bus id: "XGMI<n>"}},
-    n = the number of XGMI io_links between the two GPUs."""
-    bus_of = {}
-    links = {}
-    nodes = [n for n in reader.listdir(KFD_NODES) or [] if n.isdigit()]
+def kfd_gpu_nodes(reader):
+    """AMD GPUs in KFD topology order: [(kfd node number, bus id)].
+
+    ROCm (HSA, then HIP) enumerates GPU agents in this order, so a GPU's
+    position here is its device index for HIP_VISIBLE_DEVICES and
+    CUDA_VISIBLE_DEVICES on ROCm. CPU nodes (no SIMDs) are skipped.
+    """
+    found = []
+    nodes = sorted(int(n) for n in reader.listdir(KFD_NODES) or [] if n.isdigit())
     for node in nodes:
-        props = _properties(reader.read("%s/%s/properties" % (KFD_NODES, node)))
+        props = _properties(reader.read("%s/%d/properties" % (KFD_NODES, node)))
         location = props.get("location_id")
         if not props.get("simd_count") or location is None:
             continue  # a CPU node
-        bus_of[int(node)] = "%04x:%02x:%02x.%d" % (
-            props.get("domain") or 0, location >> 8, (location >> 3) & 0x1F, location & 0x7)
-    for node in nodes:
-        if int(node) not in bus_of:
-            continue
-        base = "%s/%s/io_links" % (KFD_NODES, node)
+        found.append((node, "%04x:%02x:%02x.%d" % (
+            props.get("domain") or 0, location >> 8, (location >> 3) & 0x1F, location & 0x7)))
+    return found
+
+
+def kfd_xgmi_links(reader, warnings, gpu_nodes=None):
+    """AMD XGMI links from the KFD topology: {bus id: {bus id: "XGMI<n>"}},
+    n = the number of XGMI io_links between the two GPUs."""
+    bus_of = dict(kfd_gpu_nodes(reader) if gpu_nodes is None else gpu_nodes)
+    links = {}
+    for node in sorted(bus_of):
+        base = "%s/%d/io_links" % (KFD_NODES, node)
         for link in reader.listdir(base) or []:
             props = _properties(reader.read("%s/%s/properties" % (base, link)))
             if props.get("type") != KFD_LINK_XGMI:
@@ -366,9 +375,22 @@ def kfd_xgmi_links(reader, warnings):
             if peer is None:
                 warnings.append("%s/%s: XGMI link to KFD node %s, which is not a GPU" % (base, link, props.get("node_to")))
                 continue
-            row = links.setdefault(bus_of[int(node)], {})
+            row = links.setdefault(bus_of[node], {})
             row[peer] = row.get(peer, 0) + 1
     return dict((a, dict((b, "XGMI%d" % n) for b, n in row.items())) for a, row in links.items())
+
+
+def _index_amd_gpus(gpus, gpu_nodes, warnings):
+    """Give AMD GPUs their ROCm device index (KFD order). Without a KFD
+    topology the index stays unknown: PCI order is only a guess on ROCm."""
+    order = dict((bus_id, position) for position, (dummy, bus_id) in enumerate(gpu_nodes))
+    for gpu in gpus:
+        if gpu["vendor"] != "amd":
+            continue
+        gpu["index"] = order.get(gpu["pci_bus_id"])
+        if gpu["index"] is None:
+            warnings.append("AMD GPU %s is not in the KFD topology (%s); its ROCm device index is unknown"
+                            % (gpu["pci_bus_id"], KFD_NODES))
 
 
 def collect(reader):
@@ -409,8 +431,10 @@ def collect(reader):
     gpus, nics = pci_devices(reader, nodes, warnings)
     found = bool(nodes or cpus["online"] or gpus or nics or reader.listdir(PCI_DIR))
     links = pci_tree_links(gpus, nodes)
+    gpu_nodes = kfd_gpu_nodes(reader) if any(g["vendor"] == "amd" for g in gpus) else []
+    _index_amd_gpus(gpus, gpu_nodes, warnings)
     # XGMI beats any PCIe path between the same two AMD GPUs.
-    for a, row in kfd_xgmi_links(reader, warnings).items():
+    for a, row in kfd_xgmi_links(reader, warnings, gpu_nodes).items():
         for b, cls in row.items():
             if a in links and b in links[a]:
                 links[a][b] = cls

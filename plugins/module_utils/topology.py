@@ -268,7 +268,8 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
         pcie = record["pcie"] or {}
         gpu = {
             "id": gid,
-            "index": record["index"] if record["vendor"] == "nvidia" else None,
+            # NVIDIA: NVML/nvidia-smi index (PCI order); AMD: ROCm index (KFD order).
+            "index": record["index"] if record["vendor"] in ("nvidia", "amd") else None,
             "pci_bus_id": record["pci_bus_id"],
             "uuid": record["uuid"],
             "name": record["name"],

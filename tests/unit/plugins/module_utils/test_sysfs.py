@@ -241,3 +241,28 @@ def test_collect_kfd_xgmi_links_override_pci_tree():
     assert facts["links"]["0000:c1:00.0"] == {"0000:c5:00.0": "XGMI2", "0000:c9:00.0": "NODE"}
     assert facts["links"]["0000:c5:00.0"]["0000:c1:00.0"] == "XGMI2"
     assert any("KFD node 7, which is not a GPU" in w for w in facts["warnings"])
+
+
+def test_collect_amd_index_follows_kfd_order_not_pci_order():
+    # ROCm numbers GPUs in KFD node order; here node 1 is the highest bus id,
+    # and KFD node 10 sorts after node 2 numerically, not as text.
+    b = two_socket_host()
+    b.device("0000:c1:00.0", ["pci0000:c0", "0000:c0:01.1"], "0x038000", AMD)
+    b.device("0000:c5:00.0", ["pci0000:c4", "0000:c4:01.1"], "0x038000", AMD)
+    b.device("0000:c9:00.0", ["pci0000:c8", "0000:c8:01.1"], "0x038000", AMD)
+    kfd_node(b, 0, {"cpu_cores_count": 8, "simd_count": 0, "location_id": 0})
+    kfd_node(b, 1, {"simd_count": 4, "location_id": 0xC900, "domain": 0})
+    kfd_node(b, 2, {"simd_count": 4, "location_id": 0xC100, "domain": 0})
+    kfd_node(b, 10, {"simd_count": 4, "location_id": 0xC500, "domain": 0})
+    facts = collect(b)
+    index = dict((g["pci_bus_id"], g["index"]) for g in facts["gpus"])
+    assert index == {"0000:c9:00.0": 0, "0000:c1:00.0": 1, "0000:c5:00.0": 2}
+    assert not [w for w in facts["warnings"] if "KFD" in w]
+
+
+def test_collect_amd_index_unknown_without_kfd_topology():
+    b = two_socket_host()
+    b.device("0000:c1:00.0", ["pci0000:c0", "0000:c0:01.1"], "0x038000", AMD)
+    facts = collect(b)
+    assert facts["gpus"][0]["index"] is None
+    assert any("0000:c1:00.0 is not in the KFD topology" in w for w in facts["warnings"])
