@@ -462,6 +462,12 @@ def _build_template(facts, host, opts, gpus, nodes, status, placeable_pos, raw):
 
     result = _cached_search(node_of, socket_of, score, tp, pp, span, opts["max_instances_per_host"])
     groups = result["groups"]
+    notes = []
+    if not result.get("exhaustive", True):
+        notes.append(
+            "too many distinct GPUs on one socket for the exact search; groups were formed "
+            "node by node in PCI order and their links are not optimised"
+        )
     if not groups:
         raise PlacementError(
             "host %s: pp_size %d x tp_size %d needs %d groups of %d GPUs; only %d fit"
@@ -481,7 +487,6 @@ def _build_template(facts, host, opts, gpus, nodes, status, placeable_pos, raw):
         unused.append((placeable_pos[i], why))
     unused.sort()
 
-    notes = []
     cpu_plan = _assign_cpus(facts, nodes, node_socket, instances, node_of, opts["reserved_cpus_per_socket"], host, notes)
 
     out_groups = []

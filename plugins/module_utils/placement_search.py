@@ -86,14 +86,37 @@ def _group_vectors(counts, tp_size):
     return out
 
 
+def _count_vectors(counts, tp_size):
+    """How many count vectors _group_vectors would produce (bounded compositions)."""
+    ways = [1] + [0] * tp_size
+    for count in counts:
+        nxt = [0] * (tp_size + 1)
+        for have, n in enumerate(ways):
+            if n:
+                for take in range(min(count, tp_size - have) + 1):
+                    nxt[have + take] += n
+        ways = nxt
+    return ways[tp_size]
+
+
+# Candidate groups a domain may have before the exact search is not tried
+# (e.g. 32 GPUs on one socket, no two alike, in groups of 8: 10 million).
+VECTOR_BUDGET = 100000
+
+
 class _Domain(object):
     """One domain: its classes and every candidate group as a count vector."""
 
     def __init__(self, classes, node, socket, score, tp_size):
         self.classes = classes
+        self.node_of = node
         self.counts = tuple(len(c) for c in classes)
-        reps = [c[0] for c in classes]
         self.vectors = []
+        if _count_vectors(self.counts, tp_size) > VECTOR_BUDGET:
+            self.too_large = True
+            return
+        self.too_large = False
+        reps = [c[0] for c in classes]
         for vec in _group_vectors(self.counts, tp_size):
             used = [i for i, v in enumerate(vec) if v]
             worst = None
@@ -119,7 +142,34 @@ class _Domain(object):
                 worst,
                 pair_sum,
             )
-            self.vectors.append((first, vec, worst, value))
+            self.vectors.append((first, vec, worst, value, self.encode(vec, guard=False)))
+
+    def _layout(self):
+        # Counts per class packed into one integer, each field with a guard bit
+        # above it: a subtraction that would take more GPUs of a class than
+        # are left borrows the guard, so one AND tells whether a group fits.
+        offsets = []
+        guards = 0
+        offset = 0
+        field_of_bit = {}
+        for count in self.counts:
+            width = count.bit_length() + 1
+            offsets.append(offset)
+            for bit in range(offset, offset + width):
+                field_of_bit[bit] = len(offsets) - 1
+            guards |= 1 << (offset + width - 1)
+            offset += width
+        self.offsets = offsets
+        self.guards = guards
+        self.field_of_bit = field_of_bit
+
+    def encode(self, counts, guard=True):
+        if not hasattr(self, "offsets"):
+            self._layout()
+        value = 0
+        for count, offset in zip(counts, self.offsets):
+            value |= count << offset
+        return value | self.guards if guard else value
 
 
 _ZERO = (0, 0, 0, 0, 0)
@@ -129,47 +179,66 @@ def _add(a, b):
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
 
 
-def _domain_table(domain, threshold, tp_size, max_groups):
+class SearchTooLarge(Exception):
+    """The exact search would visit more states than the budget allows."""
+
+
+# Candidate groups one exact search may try (all thresholds together) before
+# placement falls back to a node-by-node grouping; one to three seconds of CPU. Only
+# hosts with many GPUs on one socket, no two alike, get near it.
+STATE_BUDGET = 5000000
+
+
+def _domain_table(domain, threshold, tp_size, max_groups, budget):
     """best[r] = (value, [vectors]) choosing exactly r groups in the domain, or None."""
     by_first = {}
-    for first, vec, worst, value in domain.vectors:
+    exact = {}
+    for first, vec, worst, value, enc in domain.vectors:
         if worst >= threshold:
-            by_first.setdefault(first, []).append((vec, value))
+            by_first.setdefault(first, []).append((enc, value, vec))
+            exact[enc] = (value, (vec,))
+    guards = domain.guards
+    field_of_bit = domain.field_of_bit
+    offsets = domain.offsets
     memo = {}
 
-    def best(state, r):
+    def best(state, total, r):
         key = (state, r)
         if key in memo:
             return memo[key]
-        total = sum(state)
         if r == 0:
-            result = (_ZERO, ())
-        elif total < r * tp_size:
-            result = None
-        else:
-            first = 0
-            while state[first] == 0:
-                first += 1
-            result = None
-            for vec, value in by_first.get(first, ()):
-                if any(v > s for v, s in zip(vec, state)):
-                    continue
-                rest = best(tuple(s - v for s, v in zip(state, vec)), r - 1)
+            return (_ZERO, ())
+        if r == 1 and total == tp_size:
+            # the last group must take exactly what is left
+            return exact.get(state & ~guards)
+        result = None
+        if total >= r * tp_size:
+            bits = state & ~guards
+            first = field_of_bit[(bits & -bits).bit_length() - 1]
+            candidates = by_first.get(first, ())
+            budget[0] -= len(candidates) + 1
+            if budget[0] < 0:
+                raise SearchTooLarge()
+            for enc, value, vec in candidates:
+                rest_state = state - enc
+                if rest_state & guards != guards:
+                    continue  # takes more GPUs of some class than are left
+                rest = best(rest_state, total - tp_size, r - 1)
                 if rest is None:
                     continue
                 cand = _add(value, rest[0])
                 if result is None or cand > result[0]:
                     result = (cand, (vec,) + rest[1])
             if total - 1 >= r * tp_size:
-                reduced = list(state)
-                reduced[first] -= 1
-                rest = best(tuple(reduced), r)
+                rest = best(state - (1 << offsets[first]), total - 1, r)
                 if rest is not None and (result is None or rest[0] > result[0]):
                     result = rest
         memo[key] = result
         return result
 
-    return [best(domain.counts, r) for r in range(max_groups + 1)]
+    full = domain.encode(domain.counts)
+    total = sum(domain.counts)
+    return [best(full, total, r) for r in range(max_groups + 1)]
 
 
 def _combine(tables, k):
@@ -221,6 +290,36 @@ def _true_objective(groups, node, socket, score, instances):
     )
 
 
+def _fallback_groups(built, k, tp_size):
+    """Groups without the exact search: node by node in PCI order, then the rest of each domain."""
+    groups = []
+    for domain in built:
+        members = sorted(g for c in domain.classes for g in c)
+        by_node = {}
+        for g in members:
+            by_node.setdefault(domain.node_of[g], []).append(g)
+        left = []
+        for gpus in sorted(by_node.values()):
+            while len(gpus) >= tp_size:
+                groups.append(tuple(gpus[:tp_size]))
+                gpus = gpus[tp_size:]
+            left.extend(gpus)
+        left.sort()
+        while len(left) >= tp_size:
+            groups.append(tuple(left[:tp_size]))
+            left = left[tp_size:]
+    # keep the node-local groups first, then PCI order
+    groups.sort(key=lambda g: (len(set(built[0].node_of[x] for x in g)) > 1, g))
+    return sorted(groups[:k])
+
+
+def _fallback(result, built, k, tp_size, node, socket, score, instances):
+    result["groups"] = _fallback_groups(built, k, tp_size)
+    result["objective"] = _true_objective(result["groups"], node, socket, score, instances)
+    result["exhaustive"] = False
+    return result
+
+
 def search(node, socket, score, tp_size, pp_size=1, span=False, max_instances=None):
     """Choose the groups for one host.
 
@@ -248,16 +347,20 @@ def search(node, socket, score, tp_size, pp_size=1, span=False, max_instances=No
     if max_instances is not None:
         instances = min(instances, max_instances)
     k = instances * pp_size
-    result = {"groups": [], "objective": _true_objective([], node, socket, score, 0), "domains": domains}
+    result = {"groups": [], "objective": _true_objective([], node, socket, score, 0), "domains": domains,
+              "exhaustive": True}
     if k == 0:
         return result
-    thresholds = sorted(set(w for d in built for _f, _v, w, _val in d.vectors), reverse=True)
-    best = None
-    for threshold in thresholds:
-        tables = [_domain_table(d, threshold, tp_size, min(k, sum(d.counts) // tp_size)) for d in built]
+    if any(d.too_large for d in built):
+        return _fallback(result, built, k, tp_size, node, socket, score, instances)
+    thresholds = sorted(set(v[2] for d in built for v in d.vectors))
+    budget = [STATE_BUDGET]
+
+    def solve(threshold):
+        tables = [_domain_table(d, threshold, tp_size, min(k, sum(d.counts) // tp_size), budget) for d in built]
         combined = _combine(tables, k)
         if combined is None:
-            continue
+            return None
         groups = []
         for d, vectors in combined[1]:
             domain = built[d]
@@ -269,9 +372,24 @@ def search(node, socket, score, tp_size, pp_size=1, span=False, max_instances=No
                     del queues[c][:take]
                 groups.append(tuple(sorted(group)))
         groups.sort()
-        objective = _true_objective(groups, node, socket, score, instances)
-        if best is None or objective > best[0]:
-            best = (objective, groups)
+        return combined[0], groups
+
+    try:
+        # The best (node-local, spans) prefix only falls as the threshold on the
+        # worst link rises: binary-search the highest threshold that keeps it.
+        # There the DP's answer is optimal for the whole objective.
+        base = solve(thresholds[0])
+        lo, hi, best = 0, len(thresholds) - 1, base
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            found = solve(thresholds[mid])
+            if found is not None and found[0][:3] == base[0][:3]:
+                lo, best = mid, found
+            else:
+                hi = mid - 1
+    except SearchTooLarge:
+        return _fallback(result, built, k, tp_size, node, socket, score, instances)
+    best = (_true_objective(best[1], node, socket, score, instances), best[1])
     result["groups"] = best[1]
     result["objective"] = best[0]
     return result

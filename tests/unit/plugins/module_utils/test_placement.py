@@ -9,6 +9,7 @@ import copy
 import glob
 import json
 import os
+import random
 
 import pytest
 import yaml
@@ -497,3 +498,33 @@ def test_plan_host_recorded_fixture_matches_expected_plans(folder):
         ]
         assert got == case["groups"], options
         assert [u["id"] for u in plan["unused"]] == case.get("unused", []), options
+
+
+# ---------------------------------------------------------------- search limits
+
+
+def test_plan_host_16_distinct_gpus_on_one_socket_searched_exactly():
+    # no two GPUs alike: the search cannot merge any, and still finishes exactly
+    rng = random.Random(3)
+    table = {}
+    palette = ["NV4", "NV8", "PIX", "PXB", "NODE", "SYS", "PHB"]
+    facts = make_facts(
+        "x", {0: (0, "0-63")}, [0] * 16, lambda i, j: table.setdefault((min(i, j), max(i, j)), rng.choice(palette))
+    )
+    placement.clear_cache()
+    plan = placement.plan_host(facts, tp_size=4)
+    assert len(plan["groups"]) == 4
+    assert plan["warnings"] == []
+
+
+def test_plan_host_search_too_large_falls_back_node_by_node_with_warning(monkeypatch):
+    from ansible_collections.gpufleet.numa.plugins.module_utils import placement_search
+
+    monkeypatch.setattr(placement_search, "STATE_BUDGET", 10)
+    placement.clear_cache()
+    try:
+        plan = placement.plan_host(a6000_nvlink_pairs(), tp_size=2)
+    finally:
+        placement.clear_cache()
+    assert indices(plan) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert any("exact search" in w for w in plan["warnings"])
