@@ -46,7 +46,6 @@ FLEET_OPTIONS = dict(
 UNKNOWN_LINK_SCORE = -1
 
 _SEARCH_CACHE = {}
-_CPU_CACHE = {}
 _PLAN_CACHE = {}
 _CACHE_LIMIT = 4096
 _SCORE_CACHE = {}
@@ -59,7 +58,6 @@ class PlacementError(ValueError):
 def clear_cache():
     """Forget memoised searches (benchmarks use it to time a cold search)."""
     _SEARCH_CACHE.clear()
-    _CPU_CACHE.clear()
     _PLAN_CACHE.clear()
 
 
@@ -618,21 +616,8 @@ def _assign_cpus(facts, nodes, node_socket, instances, node_of, reserved, host, 
                 weights[node_of[g]] = weights.get(node_of[g], 0) + 1
         inst_nodes.append(tuple(sorted(weights.items())))
     smt = facts.get("smt_siblings") or []
-    needed = sorted(set(n for entry in inst_nodes for n, _w in entry))
-    key = (
-        tuple(inst_nodes),
-        reserved,
-        tuple((n, (nodes.get(n) or {}).get("cpus")) for n in sorted(nodes)),
-        tuple(sorted((n, s) for n, s in node_socket.items() if s is not None)),
-        tuple(tuple(core) for core in smt) if (reserved or len(inst_nodes) > len(needed)) else None,
-        tuple(_fallback_cpus(facts, n) for n in needed if n not in nodes),
-    )
-    hit = _CPU_CACHE.get(key)
-    if hit is None:
-        if len(_CPU_CACHE) >= _CACHE_LIMIT:
-            _CPU_CACHE.clear()
-        hit = _compute_cpus(facts, nodes, node_socket, inst_nodes, smt, reserved)
-        _CPU_CACHE[key] = hit
+    # whole host plans are memoised by _plan_host, so this runs once per distinct host
+    hit = _compute_cpus(facts, nodes, node_socket, inst_nodes, smt, reserved)
     plan, notes, error = hit
     if error:
         raise PlacementError("host %s: %s" % (host, error))

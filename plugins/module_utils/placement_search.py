@@ -33,9 +33,13 @@ Method (no enumeration of partitions):
   still present either loses one GPU to "unused" or gives at least one GPU
   to the next group;
 - per-domain tables are combined by a knapsack over the group counts;
-- the min-worst-link term is not additive: the DP runs once per threshold
-  (groups whose worst link is below it are forbidden) and the best true
-  objective over all thresholds wins.
+- the min-worst-link term is not additive: the DP runs with a threshold
+  (groups whose worst link is below it are forbidden); the best value of
+  the terms before it can only fall as the threshold rises, so a binary
+  search finds the highest threshold that keeps them, where the DP's answer
+  is optimal for the whole objective;
+- past a fixed amount of work (STATE_BUDGET, VECTOR_BUDGET) the search gives
+  up and groups GPUs node by node in PCI order ("exhaustive": False).
 """
 
 from __future__ import annotations
