@@ -9,6 +9,7 @@ Thin shells around module_utils/placement.py; see docs/placement.md.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import placement
 
@@ -38,10 +39,31 @@ def _plain_key(key):
     return str(key) if isinstance(key, str) else key
 
 
+_INT_OPTIONS = ("tp_size", "pp_size", "reserved_cpus_per_socket", "max_instances_per_host",
+                "base_port", "port_stride", "dist_port_base", "dist_port_stride")
+
+
+def _coerce(options):
+    """Numbers and booleans as strings (``-e tp_size=4`` on the command line) become values;
+    anything else is left for validate_options to reject with its message."""
+    out = dict(options)
+    for name in _INT_OPTIONS:
+        value = out.get(name)
+        if isinstance(value, str) and value.strip().isdigit():
+            out[name] = int(value)
+    value = out.get("allow_span")
+    if isinstance(value, str):
+        try:
+            out["allow_span"] = boolean(value, strict=True)
+        except TypeError:
+            pass
+    return out
+
+
 def socket_local_groups(topology, tp_size=None, **options):
     """Plan one host's socket-local tensor-parallel groups from its numa_topology facts."""
     try:
-        opts = placement.validate_options(dict(_plain(options), tp_size=_plain(tp_size)))
+        opts = placement.validate_options(_coerce(dict(_plain(options), tp_size=_plain(tp_size))))
         return placement.plan_host_validated(topology, opts)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.socket_local_groups: %s" % exc)
@@ -53,7 +75,8 @@ def fleet_plan(fleet, tp_size=None, **options):
     The input is called fleet because `hosts` is an option (which hosts to plan).
     """
     try:
-        return placement.plan_fleet(_plain_hosts(fleet, options.get("hosts")), tp_size=_plain(tp_size), **_plain(options))
+        options = _coerce(dict(_plain(options), tp_size=_plain(tp_size)))
+        return placement.plan_fleet(_plain_hosts(fleet, options.get("hosts")), **options)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan: %s" % exc)
 

@@ -44,10 +44,20 @@ def test_socket_local_groups_rejects_fleet_only_option():
         socket_local_groups(h100_nvswitch(), 4, base_port=9000)
 
 
-@pytest.mark.parametrize("tp", [None, 0, -2, "4", 2.0, True])
+@pytest.mark.parametrize("tp", [None, 0, -2, "four", "4.0", 2.0, True])
 def test_socket_local_groups_rejects_bad_tp_size(tp):
     with pytest.raises(AnsibleFilterError, match="tp_size"):
         socket_local_groups(h100_nvswitch(), tp)
+
+
+def test_filters_accept_numbers_and_booleans_given_as_strings():
+    # -e gpufleet_tp_size=4 on the command line arrives as a string
+    plan = socket_local_groups(h100_nvswitch(), "8", allow_span="yes", reserved_cpus_per_socket="1")
+    assert plan["groups"][0]["gpu_indices"] == list(range(8))
+    fleet = fleet_plan({"a": h100_nvswitch()}, tp_size="4", base_port="9000")
+    assert [i["port"] for i in fleet["instances"]] == [9000, 9001]
+    with pytest.raises(AnsibleFilterError, match="allow_span must be a boolean"):
+        socket_local_groups(h100_nvswitch(), 4, allow_span="maybe")
 
 
 def test_socket_local_groups_strict_failure_is_a_filter_error_naming_host():
