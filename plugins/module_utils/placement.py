@@ -333,7 +333,7 @@ def _instantiate(template, host, gpus, warnings, fleet=None):
     groups are built directly as fleet instances (name, ordinal, ports)."""
     out_groups = []
     host = _text(host)
-    for ordinal, (stages, (nodes, sockets, cpus, shared, policy, worst, reason)) in enumerate(template["groups"]):
+    for ordinal, (stages, (nodes, sockets, cpus, shared, whole, policy, worst, reason)) in enumerate(template["groups"]):
         stage_out = []
         members = []
         for positions, (s_nodes, s_socket, s_sockets, s_worst) in stages:
@@ -366,6 +366,7 @@ def _instantiate(template, host, gpus, warnings, fleet=None):
                     "sockets": list(sockets),
                     "cpus": cpus,
                     "cpus_shared_node": shared,
+                    "cpus_whole_nodes": whole,
                     "memory_policy": policy,
                     "worst_link": worst,
                     "port": port,
@@ -384,6 +385,7 @@ def _instantiate(template, host, gpus, warnings, fleet=None):
                 "sockets": list(sockets),
                 "cpus": cpus,
                 "cpus_shared_node": shared,
+                "cpus_whole_nodes": whole,
                 "memory_policy": policy,
                 "worst_link": worst,
                 "reason": reason,
@@ -503,7 +505,7 @@ def _build_template(facts, host, opts, gpus, nodes, status, placeable_pos, raw):
         i_sockets = tuple(sorted(set(socket_of[g] for g in members if not isinstance(socket_of[g], tuple))))
         interleave = any(len(st[1][0]) > 1 for st in stage_entries)
         worst_stage = stage_entries[min(range(len(stages)), key=lambda k: _group_worst(stages[k], score))]
-        cpus, shared = cpu_plan[idx]
+        cpus, shared, whole = cpu_plan[idx]
         out_groups.append(
             (
                 stage_entries,
@@ -512,6 +514,7 @@ def _build_template(facts, host, opts, gpus, nodes, status, placeable_pos, raw):
                     i_sockets,
                     cpus,
                     shared,
+                    whole,
                     "interleave" if interleave else "bind",
                     worst_stage[1][3],
                     _group_reason(stage_entries, span, interleave),
@@ -607,7 +610,7 @@ def _cached_search(node_of, socket_of, score, tp, pp, span, cap):
 
 
 def _assign_cpus(facts, nodes, node_socket, instances, node_of, reserved, host, warnings):
-    """Return [(cpulist, cpus_shared_node)] per instance (rule 5)."""
+    """Return [(cpulist, cpus_shared_node, cpus_whole_nodes)] per instance (rule 5)."""
     inst_nodes = []
     for stages in instances:
         weights = {}
@@ -722,7 +725,15 @@ def _compute_cpus(facts, nodes, node_socket, inst_nodes, smt, reserved):
         for (idx, _w), chunk in zip(members, _split(units, [w for _i, w in members])):
             for unit in chunk:
                 parts[idx].update(unit)
-    return [(_cpulist.format_cpulist(p), shared[i]) for i, p in enumerate(parts)], notes, None
+    plan = []
+    for i, part in enumerate(parts):
+        # Whole nodes: binding by node (numactl --cpunodebind) means the same
+        # CPUs; otherwise (reserved cores, shared or borrowed nodes) bind by CPU list.
+        node_set = set()
+        for n, _w in inst_nodes[i]:
+            node_set.update(node_cpus.get(n) or ())
+        plan.append((_cpulist.format_cpulist(part), shared[i], bool(part) and part == node_set))
+    return plan, notes, None
 
 
 def _split(units, weights):

@@ -223,7 +223,9 @@ def expected_argv(instance, variables, binding):
     nodes = ",".join(str(n) for n in instance["numa_nodes"])
     argv = []
     if binding == "numactl":
-        cpu = "--physcpubind=" + instance["cpus"] if instance["cpus_shared_node"] else "--cpunodebind=" + nodes
+        # Whole nodes bind by node; anything less (shared node, reserved cores) by CPU list.
+        by_node = instance.get("cpus_whole_nodes", False) and not instance["cpus_shared_node"]
+        cpu = "--cpunodebind=" + nodes if by_node else "--physcpubind=" + instance["cpus"]
         memory = ("--membind=" if instance["memory_policy"] == "bind" else "--interleave=") + nodes
         argv += [variables["vllm_numactl"], cpu, memory]
     argv += [variables["vllm_executable"], "serve", variables["vllm_model"],

@@ -245,6 +245,16 @@ def test_plan_host_reserved_cpus_without_smt_are_first_cpus():
     assert [g["cpus"] for g in plan["groups"]] == ["24-47", "1-23", "72-95", "49-71"]
 
 
+def test_plan_host_cpus_whole_nodes_only_when_the_instance_owns_its_nodes_cpus():
+    # The roles bind by node (numactl --cpunodebind) only when this is true.
+    whole = placement.plan_host(h100_nvswitch(), tp_size=4)
+    assert [(g["cpus_shared_node"], g["cpus_whole_nodes"]) for g in whole["groups"]] == [(False, True)] * 2
+    reserved = placement.plan_host(h100_nvswitch(), tp_size=4, reserved_cpus_per_socket=2)
+    assert [g["cpus_whole_nodes"] for g in reserved["groups"]] == [False, False]
+    shared = placement.plan_host(h100_nvswitch(), tp_size=2)
+    assert [(g["cpus_shared_node"], g["cpus_whole_nodes"]) for g in shared["groups"]] == [(True, False)] * 4
+
+
 def test_plan_host_reserving_a_whole_node_is_an_error():
     with pytest.raises(placement.PlacementError, match="leaves no CPUs on NUMA node"):
         placement.plan_host(ndv4_like(), tp_size=2, reserved_cpus_per_socket=30)
