@@ -229,7 +229,7 @@ def _collect(pynvml, raw, errors, cpu_count):
     cpu_count = _int_or_none(cpu_count)
     raw["cpu_count"] = cpu_count if cpu_count and cpu_count > 0 else (os.cpu_count() or 1)
     cpu_words = (raw["cpu_count"] + WORD_BITS - 1) // WORD_BITS
-    _, ok = _call(errors, "init", pynvml, "nvmlInit")
+    dummy, ok = _call(errors, "init", pynvml, "nvmlInit")
     if not ok:
         return
     try:
@@ -423,7 +423,7 @@ def _parse(raw):
             levels[frozenset((keys[a], keys[b]))] = level
 
     links = {}
-    ordered = [g for g in partial["gpus"]]
+    ordered = list(partial["gpus"])
     for i, gpu_a in enumerate(ordered):
         key_a = gpu_a["pci_bus_id"] or "GPU%s" % gpu_a["index"]
         for gpu_b in ordered[i + 1:]:

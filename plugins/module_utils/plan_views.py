@@ -23,10 +23,10 @@ def plan_table(plan):
     unused GPU and a totals line. Raises ValueError for a non-plan."""
     if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
         raise ValueError("plan_table expects the dict returned by fleet_plan (with 'instances')")
-    rows = [[title for title, _ in COLUMNS]]
+    rows = [[title for title, dummy in COLUMNS]]
     for instance in plan["instances"]:
         try:
-            rows.append([str(get(instance)) for _, get in COLUMNS])
+            rows.append([str(get(instance)) for dummy, get in COLUMNS])
         except (KeyError, TypeError) as exc:
             raise ValueError("plan instance %r lacks field %s" % (instance.get("name") if isinstance(instance, dict) else instance, exc))
     widths = [max(len(row[c]) for row in rows) for c in range(len(COLUMNS))]

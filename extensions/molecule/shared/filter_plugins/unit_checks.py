@@ -37,7 +37,7 @@ def unit_placement(text):
         key = key.strip()
         if key == "Environment":
             for item in shlex.split(value):
-                name, _, val = item.partition("=")
+                name, dummy, val = item.partition("=")
                 env[name] = val
         else:
             settings[key] = value.strip()
@@ -51,7 +51,7 @@ def unit_placement(text):
         for arg in argv[1:]:
             if not arg.startswith("--"):
                 break
-            opt, _, val = arg.partition("=")
+            opt, dummy, val = arg.partition("=")
             if opt == "--cpunodebind":
                 result["cpu_nodes"] = parse_cpulist(val)
             elif opt == "--physcpubind":
