@@ -231,7 +231,7 @@ def wait_for_health(processes, name, address, port, timeout=15.0):
 def haproxy_server_states(address, port, uri="/stats"):
     """{server name: status} of every server of backend vllm, from HAProxy's
     statistics page in CSV form."""
-    status, _, body = http_request(address, port, "GET", uri + ";csv", timeout=2.0)
+    status, dummy, body = http_request(address, port, "GET", uri + ";csv", timeout=2.0)
     if status != 200:
         raise AssertionError("statistics page answered %d" % status)
     lines = body.decode().splitlines()

@@ -27,7 +27,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import forma
 def test_parse_exec_line_man_page_example_braced_and_bare_variables():
     environment = parse_environment(['"ONE=one" \'TWO=two two\''])
     assert environment == {"ONE": "one", "TWO": "two two"}
-    _, argv = parse_exec_line("echo $ONE $TWO ${TWO}", environment)
+    dummy, argv = parse_exec_line("echo $ONE $TWO ${TWO}", environment)
     assert argv == ["echo", "one", "two", "two", "two two"]
 
 
@@ -36,14 +36,14 @@ def test_parse_exec_line_man_page_example_quotes_inside_values():
     # inside a word (see test_reader_agrees_with_systemd_own_parser).
     environment = parse_environment(["ONE='one' \"TWO='two two' too\" THREE="])
     assert environment == {"ONE": "one", "TWO": "'two two' too", "THREE": ""}
-    _, braced = parse_exec_line("/bin/echo ${ONE} ${TWO} ${THREE}", environment)
+    dummy, braced = parse_exec_line("/bin/echo ${ONE} ${TWO} ${THREE}", environment)
     assert braced == ["/bin/echo", "one", "'two two' too", ""]
-    _, bare = parse_exec_line("/bin/echo $ONE $TWO $THREE", environment)
+    dummy, bare = parse_exec_line("/bin/echo $ONE $TWO $THREE", environment)
     assert bare == ["/bin/echo", "one", "two two", "too"]
 
 
 def test_parse_exec_line_literal_dollar_percent_quote_and_backslash():
-    _, argv = parse_exec_line(r'/bin/vllm serve "a \"7B\" 100%% $$HOME \\ x" --port 8000', {"HOME": "/root"})
+    dummy, argv = parse_exec_line(r'/bin/vllm serve "a \"7B\" 100%% $$HOME \\ x" --port 8000', {"HOME": "/root"})
     assert argv == ["/bin/vllm", "serve", 'a "7B" 100% $HOME \\ x', "--port", "8000"]
 
 
@@ -218,7 +218,7 @@ def systemd_reads(unit_text, name="tricky.service"):
         env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime, "HOME": runtime,
                "SYSTEMD_UNIT_PATH": units + ":"}
         result = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, timeout=120)
+                                text=True, check=False, timeout=120)
     finally:
         shutil.rmtree(work)
     section = re.search(r"^\t-> Unit %s:\n(.*?)(?=^\t-> Unit |\Z)" % re.escape(name), result.stdout, re.S | re.M)
@@ -238,7 +238,7 @@ def test_reader_agrees_with_systemd_own_parser():
     ours_environment = parse_environment([v for k, v in sections["Service"] if k == "Environment"])
     exec_start = next(v for k, v in sections["Service"] if k == "ExecStart")
     # systemd prints the command line before $ expansion, which happens at exec time.
-    _, ours_argv = parse_exec_line(":" + exec_start, {})
+    dummy, ours_argv = parse_exec_line(":" + exec_start, {})
     assert ours_argv == systemd_argv
     assert ours_environment == systemd_environment
     assert ours_argv[5] == 'acme/Llama "7B" 100% $$HOME \\ tuned'

@@ -65,14 +65,14 @@ def test_vllm_stub_reports_unbound_process(processes):
 
 def test_vllm_stub_openai_endpoints_and_errors(processes):
     port = start_stub(processes, ["org/model", "--served-model-name", "a", "b"])
-    status, _, body = http_request(ADDRESS, port, "GET", "/v1/models")
+    status, dummy, body = http_request(ADDRESS, port, "GET", "/v1/models")
     assert status == 200
     assert [m["id"] for m in json.loads(body)["data"]] == ["a", "b"]
-    status, _, body = http_request(ADDRESS, port, "POST", "/v1/completions", {"model": "b", "max_tokens": 2})
+    status, dummy, body = http_request(ADDRESS, port, "POST", "/v1/completions", {"model": "b", "max_tokens": 2})
     answer = json.loads(body)
     assert (status, answer["object"], answer["choices"][0]["text"]) == (200, "text_completion", "stub0 stub1")
-    status, _, body = http_request(ADDRESS, port, "POST", "/v1/chat/completions",
-                                   {"model": "a", "messages": [{"role": "user", "content": "hi"}]})
+    status, dummy, body = http_request(ADDRESS, port, "POST", "/v1/chat/completions",
+                                       {"model": "a", "messages": [{"role": "user", "content": "hi"}]})
     assert status == 200
     assert json.loads(body)["choices"][0]["message"]["role"] == "assistant"
     assert http_request(ADDRESS, port, "POST", "/v1/completions", {"model": "zzz"})[0] == 404
@@ -115,6 +115,6 @@ def test_vllm_stub_sigterm_drains_a_stream_then_exits_zero(processes):
 
 def test_vllm_stub_without_model_exits_with_usage_error():
     result = subprocess.run([sys.executable, str(STUB), "serve", "--port", "1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, timeout=30)
+                            stderr=subprocess.PIPE, text=True, check=False, timeout=30)
     assert result.returncode == 2
     assert "no model given" in result.stderr

@@ -80,7 +80,7 @@ def run_role(tmp_path, variables, check=False):
         command.append("--check")
     result = subprocess.run(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, timeout=300,
+        text=True, check=False, timeout=300,
     )
     return result.returncode, result.stdout
 
@@ -94,7 +94,7 @@ def recap(output):
 def haproxy_check(path):
     return subprocess.run(
         [HAPROXY, "-c", "-f", str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, timeout=60,
+        text=True, check=False, timeout=60,
     )
 
 

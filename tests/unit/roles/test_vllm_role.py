@@ -100,7 +100,7 @@ def run_role(tmp_path, instances, check=False, **overrides):
         command.append("--check")
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_RETRY_FILES_ENABLED="0")
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
     output = result.stdout + result.stderr
     recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", output)
     return result.returncode, output, int(recap.group(1)) if recap else None
@@ -117,7 +117,7 @@ def config_dir(tmp_path):
 def verify_unit(path):
     """systemd-analyze verify: exit 0 and nothing on stderr (it exits 0 on some warnings)."""
     result = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(path)],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, check=False, timeout=120)
     return result.returncode, result.stderr
 
 
@@ -195,7 +195,7 @@ def systemd_reading(unit_path):
             command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
         env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime, "HOME": runtime,
                "SYSTEMD_UNIT_PATH": units + ":"}
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
     finally:
         shutil.rmtree(work)
     dump = result.stdout + result.stderr
@@ -276,7 +276,7 @@ def rendered(tmp_path_factory):
 @pytest.mark.parametrize("case", sorted(PLANS))
 def test_vllm_units_match_golden_and_verify(rendered, case):
     plan = PLANS[case]
-    tmp_path, _ = rendered(case)
+    tmp_path, dummy = rendered(case)
     files = rendered_files(tmp_path)
     expected_names = {"gpufleet-%s.service" % i["name"] for i in plan["instances"]} | {"secrets.env"}
     if plan["vars"].get("vllm_extra_args"):
@@ -300,7 +300,7 @@ def test_vllm_units_match_golden_and_verify(rendered, case):
 @pytest.mark.parametrize("case", sorted(PLANS))
 def test_vllm_units_placement_as_systemd_reads_it(rendered, case):
     plan = PLANS[case]
-    tmp_path, _ = rendered(case)
+    tmp_path, dummy = rendered(case)
     variables = dict(staging_vars(tmp_path), **plan["vars"])
     binding = plan["vars"].get("vllm_binding", "numactl")
     for instance in plan["instances"]:
@@ -324,7 +324,7 @@ def test_vllm_units_placement_as_systemd_reads_it(rendered, case):
 
 def test_vllm_extra_args_config_file_holds_options(rendered):
     plan = PLANS["shared_node_tp2"]
-    tmp_path, _ = rendered("shared_node_tp2")
+    tmp_path, dummy = rendered("shared_node_tp2")
     text = (config_dir(tmp_path) / "gpufleet-vllm-1.yaml").read_text()
     assert text.startswith("# Managed by gpufleet.numa (role vllm)")
     assert yaml.safe_load(text) == plan["vars"]["vllm_extra_args"]
@@ -350,8 +350,8 @@ def test_vllm_nasty_names_stay_one_argument(tmp_path):
     model = " ".join(NASTY[k] for k in ("NASTY_QUOTES", "NASTY_BACKSLASH", "NASTY_PERCENT"))
     served = " ".join(NASTY[k] for k in ("NASTY_DOLLAR", "NASTY_SHELL", "NASTY_UNICODE"))
     instance = PLANS["dual_socket_tp4"]["instances"][0]
-    rc, output, _ = run_role(tmp_path, [instance], vllm_model=model,
-                             vllm_served_model_name=served, vllm_environment=NASTY)
+    rc, output, dummy = run_role(tmp_path, [instance], vllm_model=model,
+                                 vllm_served_model_name=served, vllm_environment=NASTY)
     assert rc == 0, output
     unit = unit_dir(tmp_path) / "gpufleet-vllm-0.service"
     assert verify_unit(unit) == (0, "")
@@ -363,7 +363,7 @@ def test_vllm_nasty_names_stay_one_argument(tmp_path):
 
 
 def test_vllm_newline_in_model_fails_with_message(tmp_path):
-    rc, output, _ = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"], vllm_model="evil\nExecStartPre=/bin/sh")
+    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"], vllm_model="evil\nExecStartPre=/bin/sh")
     assert rc != 0
     assert "vllm_model must be a non-empty model name or path on one line" in output
     assert "Traceback" not in output
@@ -389,7 +389,7 @@ def test_vllm_check_mode_writes_nothing(tmp_path):
 
 def test_vllm_check_mode_after_a_run_writes_nothing(rendered):
     instances = PLANS["dual_socket_tp4"]["instances"]
-    tmp_path, _ = rendered("dual_socket_tp4")
+    tmp_path, dummy = rendered("dual_socket_tp4")
     before = rendered_files(tmp_path)
     rc, output, changed = run_role(tmp_path, instances[:1], check=True, vllm_model="other/model")
     assert rc == 0 and changed > 0, output
@@ -399,7 +399,7 @@ def test_vllm_check_mode_after_a_run_writes_nothing(rendered):
 def test_vllm_shrinking_plan_removes_only_stale_managed_units(tmp_path):
     instances = PLANS["dual_socket_tp4"]["instances"]
     extra = {"vllm_extra_args": {"max-model-len": 8192}}
-    rc, output, _ = run_role(tmp_path, instances, **extra)
+    rc, output, dummy = run_role(tmp_path, instances, **extra)
     assert rc == 0, output
     units = unit_dir(tmp_path)
     # Files the role must leave alone: its prefix without its header, its
@@ -422,7 +422,7 @@ def test_vllm_shrinking_plan_removes_only_stale_managed_units(tmp_path):
         "gpufleet-notes.yaml", "gpufleet-vllm-0.yaml", "secrets.env"]
 
     # Dropping the extra options removes the option files and --config.
-    rc, output, _ = run_role(tmp_path, instances[:1])
+    rc, output, dummy = run_role(tmp_path, instances[:1])
     assert rc == 0, output
     assert sorted(p.name for p in config_dir(tmp_path).iterdir()) == ["gpufleet-notes.yaml", "secrets.env"]
     assert "--config" not in (units / "gpufleet-vllm-0.service").read_text()
@@ -436,8 +436,8 @@ def test_vllm_shrinking_plan_removes_only_stale_managed_units(tmp_path):
 def test_vllm_secrets_only_in_environment_file(tmp_path):
     api_key = 'sk-"quoted"-$dollar-\\back-`tick`'
     token = "hf_abcdefSECRET123"
-    rc, output, _ = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
-                             vllm_api_key=api_key, vllm_hf_token=token)
+    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
+                                 vllm_api_key=api_key, vllm_hf_token=token)
     assert rc == 0, output
     secrets = config_dir(tmp_path) / "secrets.env"
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
@@ -460,7 +460,7 @@ def without(mapping, key):
 
 
 def test_vllm_missing_model_fails_with_message(tmp_path):
-    rc, output, _ = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"], vllm_model=None)
+    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"], vllm_model=None)
     assert rc != 0
     assert "missing required arguments: vllm_model" in output
     assert "Traceback" not in output
@@ -474,7 +474,7 @@ def test_vllm_missing_model_fails_with_message(tmp_path):
      "must have unique names and ports"),
 ], ids=["no-cpus", "tp-times-pp", "memory-policy", "duplicate-port"])
 def test_vllm_bad_instance_fails_with_message(tmp_path, instances, message):
-    rc, output, _ = run_role(tmp_path, instances)
+    rc, output, dummy = run_role(tmp_path, instances)
     assert rc != 0
     assert message in " ".join(output.split()), output
     assert "Traceback" not in output
@@ -482,14 +482,14 @@ def test_vllm_bad_instance_fails_with_message(tmp_path, instances, message):
 
 
 def test_vllm_missing_numactl_fails_with_message(tmp_path):
-    rc, output, _ = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
-                             vllm_numactl=str(tmp_path / "no-numactl"))
+    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
+                                 vllm_numactl=str(tmp_path / "no-numactl"))
     assert rc != 0
     assert "vllm_binding is numactl but %s does not exist" % (tmp_path / "no-numactl") in " ".join(output.split())
 
 
 def test_vllm_extra_args_cannot_override_unit_options(tmp_path):
-    rc, output, _ = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
-                             vllm_extra_args={"port": 9000})
+    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
+                                 vllm_extra_args={"port": 9000})
     assert rc != 0
     assert "must not set options the unit sets itself" in " ".join(output.split())

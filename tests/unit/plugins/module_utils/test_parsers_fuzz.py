@@ -50,7 +50,7 @@ CAPTURES = _load_captures()
 MATRICES = sorted(
     c["commands"][TOPO_COMMAND] for c in CAPTURES.values() if TOPO_COMMAND in (c.get("commands") or {})
 )
-NVML_RECORDS = [c["nvml"] for _, c in sorted(CAPTURES.items()) if "nvml" in c]
+NVML_RECORDS = [c["nvml"] for dummy, c in sorted(CAPTURES.items()) if "nvml" in c]
 
 
 def assert_well_formed(partial):
@@ -188,10 +188,10 @@ def _matrices(draw):
     for a in range(count):
         for b in range(a + 1, count):
             links[(a, b)] = links[(b, a)] = draw(_CLASSES)
-    nic_cells = [[draw(st.sampled_from(["PIX", "PXB", "NODE", "SYS"])) for _ in range(nics)] for _ in range(count)]
-    numa = [draw(st.one_of(st.none(), st.integers(0, 7))) for _ in range(count)]
+    nic_cells = [[draw(st.sampled_from(["PIX", "PXB", "NODE", "SYS"])) for dummy in range(nics)] for dummy in range(count)]
+    numa = [draw(st.one_of(st.none(), st.integers(0, 7))) for dummy in range(count)]
     cpus = [
-        format_cpulist(draw(st.sets(st.integers(0, 255), min_size=1, max_size=40))) for _ in range(count)
+        format_cpulist(draw(st.sets(st.integers(0, 255), min_size=1, max_size=40))) for dummy in range(count)
     ]
     gpu_numa_id = draw(st.booleans())
     sep = draw(st.sampled_from(["\t", "    ", "  \t"]))
@@ -245,12 +245,10 @@ def _paths(value, prefix=()):
     yield prefix
     if isinstance(value, dict):
         for key, item in value.items():
-            for path in _paths(item, prefix + (key,)):
-                yield path
+            yield from _paths(item, prefix + (key,))
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            for path in _paths(item, prefix + (i,)):
-                yield path
+            yield from _paths(item, prefix + (i,))
 
 
 @FUZZ_HEAVY
