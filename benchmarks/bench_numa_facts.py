@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
