@@ -349,48 +349,26 @@ def _instantiate(template, host, gpus, warnings, fleet=None):
                 }
             )
             members.extend(refs)
+        group = {
+            "gpus": members,
+            "gpu_indices": [r["index"] for r in members],
+            "stages": stage_out,
+            "numa_nodes": list(nodes),
+            "sockets": list(sockets),
+            "cpus": cpus,
+            "cpus_shared_node": shared,
+            "cpus_whole_nodes": whole,
+            "memory_policy": policy,
+            "worst_link": worst,
+            "reason": reason,
+        }
         if fleet is not None:
+            # A fleet instance: the group plus its identity and ports.
             tp, pp, slots, last = fleet
             name, port, dist = slots[ordinal]
-            out_groups.append(
-                {
-                    "host": host,
-                    "name": name,
-                    "ordinal": ordinal,
-                    "tp_size": tp,
-                    "pp_size": pp,
-                    "gpus": members,
-                    "gpu_indices": [r["index"] for r in members],
-                    "stages": stage_out,
-                    "numa_nodes": list(nodes),
-                    "sockets": list(sockets),
-                    "cpus": cpus,
-                    "cpus_shared_node": shared,
-                    "cpus_whole_nodes": whole,
-                    "memory_policy": policy,
-                    "worst_link": worst,
-                    "port": port,
-                    "dist_port": dist,
-                    "dist_port_range": [dist, dist + last],
-                    "reason": reason,
-                }
-            )
-            continue
-        out_groups.append(
-            {
-                "gpus": members,
-                "gpu_indices": [r["index"] for r in members],
-                "stages": stage_out,
-                "numa_nodes": list(nodes),
-                "sockets": list(sockets),
-                "cpus": cpus,
-                "cpus_shared_node": shared,
-                "cpus_whole_nodes": whole,
-                "memory_policy": policy,
-                "worst_link": worst,
-                "reason": reason,
-            }
-        )
+            group.update(host=host, name=name, ordinal=ordinal, tp_size=tp, pp_size=pp,
+                         port=port, dist_port=dist, dist_port_range=[dist, dist + last])
+        out_groups.append(group)
     unused = []
     for p, why in template["unused"]:
         ref = _ref(gpus[p])
