@@ -25,6 +25,9 @@ unit and the problem, rather than guessing.
 
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 
 _SIMPLE_ESCAPES = {
     "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
@@ -316,3 +319,35 @@ def service_process(path, base_environment=None):
         "working_directory": working_directories[-1].lstrip("-") if working_directories else None,
         "service": dict(sections["Service"]),
     }
+
+
+SYSTEMD = next((path for path in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if os.access(path, os.X_OK)), None)
+
+
+def systemd_unit_dump(unit_text, name):
+    """What systemd's own parser makes of a unit: the unit's section of
+    `systemd --test --user` output (stdout and stderr together), or
+    AssertionError with the output's tail when systemd did not load it."""
+    work = tempfile.mkdtemp(prefix="unit-reader-")
+    try:
+        os.chmod(work, 0o755)
+        units, runtime = os.path.join(work, "units"), os.path.join(work, "runtime")
+        os.mkdir(units, 0o755)
+        os.mkdir(runtime, 0o700)
+        with open(os.path.join(units, name), "w") as unit:
+            unit.write(unit_text)
+        os.chmod(os.path.join(units, name), 0o644)
+        command = [SYSTEMD, "--test", "--user", "--unit=" + name, "--log-target=console"]
+        if os.geteuid() == 0:
+            # A user manager refuses to run as root: read the unit as nobody.
+            os.chown(runtime, 65534, 65534)
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
+        env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime, "HOME": runtime,
+               "SYSTEMD_UNIT_PATH": units + ":"}
+        result = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, check=False, timeout=120)
+    finally:
+        shutil.rmtree(work)
+    section = re.search(r"^\t-> Unit %s:\n(.*?)(?=^\t-> Unit |\Z)" % re.escape(name), result.stdout, re.S | re.M)
+    assert section, "systemd did not load %s (exit %d):\n%s" % (name, result.returncode, result.stdout[-3000:])
+    return section.group(1)

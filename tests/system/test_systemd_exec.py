@@ -13,13 +13,13 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 
 import pytest
 
 from fleet_processes import node_cpus, rebind_to_local_node, split_numactl
 from systemd_exec import (
-    parse_environment, parse_environment_file, parse_exec_line, read_unit, service_process, split_words,
+    SYSTEMD, parse_environment, parse_environment_file, parse_exec_line, read_unit, service_process, split_words,
+    systemd_unit_dump,
 )
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist
 
@@ -173,8 +173,6 @@ def test_node_cpus_agrees_with_numactl_hardware():
     assert node_cpus(0) == [int(cpu) for cpu in line.split(":", 1)[1].split()]
 
 
-SYSTEMD = next((path for path in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if os.access(path, os.X_OK)), None)
-
 # Quoting, escapes, specifiers, $ and continuation lines, as units written
 # by hand or by the vllm role use them.
 TRICKY_UNIT = r"""[Service]
@@ -201,32 +199,11 @@ def systemd_dump_words(line):
 
 def systemd_reads(unit_text, name="tricky.service"):
     """(ExecStart argv, {Environment}) as systemd's own parser loaded them."""
-    work = tempfile.mkdtemp(prefix="unit-reader-")
-    try:
-        os.chmod(work, 0o755)
-        units, runtime = os.path.join(work, "units"), os.path.join(work, "runtime")
-        os.mkdir(units, 0o755)
-        os.mkdir(runtime, 0o700)
-        with open(os.path.join(units, name), "w") as unit:
-            unit.write(unit_text)
-        os.chmod(os.path.join(units, name), 0o644)
-        command = [SYSTEMD, "--test", "--user", "--unit=" + name, "--log-target=console"]
-        if os.geteuid() == 0:
-            # A user manager refuses to run as root: read the unit as nobody.
-            os.chown(runtime, 65534, 65534)
-            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
-        env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime, "HOME": runtime,
-               "SYSTEMD_UNIT_PATH": units + ":"}
-        result = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, check=False, timeout=120)
-    finally:
-        shutil.rmtree(work)
-    section = re.search(r"^\t-> Unit %s:\n(.*?)(?=^\t-> Unit |\Z)" % re.escape(name), result.stdout, re.S | re.M)
-    assert section, result.stdout[-3000:]
-    command_lines = re.findall(r"^\t+Command Line: (.*)$", section.group(1), re.M)
-    assert len(command_lines) == 1, section.group(1)
+    body = systemd_unit_dump(unit_text, name)
+    command_lines = re.findall(r"^\t+Command Line: (.*)$", body, re.M)
+    assert len(command_lines) == 1, body
     argv = systemd_dump_words(command_lines[0])
-    environment = dict(e.split("=", 1) for e in re.findall(r"^\t\tEnvironment: (.*)$", section.group(1), re.M))
+    environment = dict(e.split("=", 1) for e in re.findall(r"^\t\tEnvironment: (.*)$", body, re.M))
     return argv, environment
 
 

@@ -23,12 +23,12 @@ import re
 import shutil
 import stat
 import subprocess
-import tempfile
 
 import pytest
 import yaml
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.tests.system.systemd_exec import SYSTEMD, systemd_unit_dump
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "vllm"
@@ -36,9 +36,6 @@ ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 PYTHON = REPO / ".venv" / "bin" / "python"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 NUMACTL = "/usr/bin/numactl" if os.access("/usr/bin/numactl", os.X_OK) else shutil.which("numactl")
-SYSTEMD = next(
-    (p for p in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if os.access(p, os.X_OK)), None
-)
 PLANS = yaml.safe_load((GOLDEN / "plans.yml").read_text())
 STAGING_TOKEN = "@STAGING@"
 RUN_USER = getpass.getuser()
@@ -178,30 +175,7 @@ def exec_time_dollars(word):
 def systemd_reading(unit_path):
     """Load the unit with systemd's parser (`systemd --test --user`) and
     return its ExecStart argv, Environment= entries and NUMA settings."""
-    name = unit_path.name
-    work = tempfile.mkdtemp(prefix="vllm-unit-")
-    try:
-        os.chmod(work, 0o755)
-        units = os.path.join(work, "units")
-        runtime = os.path.join(work, "runtime")
-        os.mkdir(units, 0o755)
-        os.mkdir(runtime, 0o700)
-        shutil.copy(unit_path, os.path.join(units, name))
-        os.chmod(os.path.join(units, name), 0o644)
-        command = [SYSTEMD, "--test", "--user", "--unit=" + name, "--log-target=console"]
-        if os.geteuid() == 0:
-            # A user manager does not start as root: read the unit as nobody.
-            os.chown(runtime, 65534, 65534)
-            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + command
-        env = {"PATH": "/usr/bin:/bin", "XDG_RUNTIME_DIR": runtime, "HOME": runtime,
-               "SYSTEMD_UNIT_PATH": units + ":"}
-        result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
-    finally:
-        shutil.rmtree(work)
-    dump = result.stdout + result.stderr
-    section = re.search(r"^\t-> Unit %s:\n(.*?)(?=^\t-> Unit |\Z)" % re.escape(name), dump, re.S | re.M)
-    assert section, "systemd did not load %s (exit %d):\n%s" % (name, result.returncode, dump[-2000:])
-    body = section.group(1)
+    body = systemd_unit_dump(unit_path.read_text(), unit_path.name)
     command_lines = re.findall(r"^\t\t-> ExecStart:\n\t\t\tCommand Line: (.*)$", body, re.M)
     assert len(command_lines) == 1, body
     argv = [exec_time_dollars(word) for word in split_quoted_command(command_lines[0])]
