@@ -252,16 +252,20 @@ def test_gather_live_this_machine_and_record_roundtrip():
     assert replayed["sources"] == facts["sources"] + ["capture"]
 
 
-def test_gather_live_root_prefix_reads_copied_tree(tmp_path):
-    capture = two_gpu_host().capture()
+def write_tree(capture, root):
+    """Lay a capture's files and symlinks out under root, as a real sysfs tree."""
     for path, content in capture["files"].items():
-        target = tmp_path / path.lstrip("/")
+        target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
     for path, link in capture["symlinks"].items():
-        target = tmp_path / path.lstrip("/")
+        target = root / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(link, str(target))
+
+
+def test_gather_live_root_prefix_reads_copied_tree(tmp_path):
+    write_tree(two_gpu_host().capture(), tmp_path)
     facts = topology.gather(LiveReader(root=str(tmp_path), which=lambda name: None), hostname="copy")[0]
     assert [g["id"] for g in facts["gpus"]] == ["0000:01:00.0", "0000:81:00.0"]
     assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "SYS"
@@ -292,15 +296,7 @@ def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(t
     # No NVIDIA driver here: a stand-in binary prints recorded output, so the
     # live command path (binary override, C locale runner, recording) runs.
     tree = tmp_path / "root"
-    capture = two_gpu_host().capture()
-    for path, content in capture["files"].items():
-        target = tree / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-    for path, link in capture["symlinks"].items():
-        target = tree / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(link, str(target))
+    write_tree(two_gpu_host().capture(), tree)
     (tmp_path / "topo.txt").write_text(TOPO_TEXT)
     (tmp_path / "query.txt").write_text(QUERY_TEXT)
     binary = tmp_path / "nvidia-smi-recorded"
