@@ -359,6 +359,10 @@ def _instantiate(template, host, gpus, warnings, fleet=None):
             "cpus_shared_node": shared,
             "cpus_whole_nodes": whole,
             "memory_policy": policy,
+            # How the unit binds (docs/plan.md): by node only when the
+            # instance owns its nodes' CPUs outright.
+            "binding": {"cpus": cpus, "mems": list(nodes), "policy": policy,
+                        "by_node": bool(whole and not shared)},
             "worst_link": worst,
             "reason": reason,
         }
