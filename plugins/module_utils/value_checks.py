@@ -1,0 +1,162 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Checks for values that reach a configuration file or a command line.
+
+Every variable a role writes into a unit, an option file or the HAProxy
+configuration passes one of these first. Each check takes the variable's
+name and its value, returns the value in its canonical form, and raises
+ValueError("NAME: RULE (got VALUE)") otherwise: the message names the
+variable and the rule, and shows the value cut and escaped, so a hostile
+value cannot inject lines into the error either.
+
+Patterns match the whole value (re.fullmatch): Python's "$" also matches
+before a trailing newline, which is how "api-key\\n" slipped past a "^...$"
+check. No value may hold control characters. Pure functions, standard
+library only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_HOSTNAME_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_HAPROXY_DURATION = re.compile(r"[0-9]{1,9}(?:us|ms|s|m|h|d)?")
+_SAFE_PATH = re.compile(r"/[A-Za-z0-9_@+=:,./-]*")
+# useradd's default rule (NAME_REGEX): no leading digit or dash.
+_ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
+
+SHOW_LIMIT = 60
+
+
+def show(value, limit=SHOW_LIMIT):
+    """A value as it may appear in a message: repr (escapes control
+    characters and newlines), cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...(%d characters)" % len(text)
+
+
+def fail(name, rule, value):
+    raise ValueError("%s: %s (got %s)" % (name, rule, show(value)))
+
+
+def text(name, value, pattern=None, rule=None, allow_empty=False, max_length=4096):
+    """A string on one line: no control characters; with `pattern`, the
+    whole string matches it (rule says in words what the pattern means)."""
+    if not isinstance(value, str):
+        fail(name, "must be a string", value)
+    if not value and not allow_empty:
+        fail(name, "must not be empty", value)
+    if len(value) > max_length:
+        fail(name, "must be at most %d characters" % max_length, value)
+    if _CONTROL.search(value):
+        fail(name, "must not contain control characters (newlines, tabs, escapes)", value)
+    if pattern is not None and value and not re.fullmatch(pattern, value):
+        fail(name, rule or "must match %s" % pattern, value)
+    return value
+
+
+def integer(name, value, minimum=None, maximum=None):
+    """An int (a string of digits from the command line counts); never a bool."""
+    if isinstance(value, bool):
+        fail(name, "must be an integer, not a boolean", value)
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value.strip()):
+        value = int(value.strip())
+    if not isinstance(value, int):
+        fail(name, "must be an integer", value)
+    if minimum is not None and value < minimum:
+        fail(name, "must be at least %d" % minimum, value)
+    if maximum is not None and value > maximum:
+        fail(name, "must be at most %d" % maximum, value)
+    return int(value)
+
+
+def port(name, value, allow_zero=False):
+    """A TCP port: 1-65535 (0 too when it means off)."""
+    return integer(name, value, 0 if allow_zero else 1, 65535)
+
+
+def boolean(name, value):
+    """A real boolean, or the YAML/INI words Ansible accepts for one."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("yes", "true", "on", "1"):
+            return True
+        if word in ("no", "false", "off", "0"):
+            return False
+    fail(name, "must be a boolean (true or false)", value)
+
+
+def choice(name, value, choices):
+    if not isinstance(value, str) or value not in choices:
+        fail(name, "must be one of %s" % ", ".join(choices), value)
+    return value
+
+
+def ip_address(name, value):
+    """An IPv4 or IPv6 address, in its compressed canonical form."""
+    text(name, value)
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        fail(name, "must be an IPv4 or IPv6 address", value)
+
+
+def address(name, value):
+    """An IP address or a DNS host name (RFC 1123 labels, at most 253 characters)."""
+    text(name, value)
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    labels = value[:-1].split(".") if value.endswith(".") else value.split(".")
+    if len(value) > 253 or not all(_HOSTNAME_LABEL.fullmatch(label) for label in labels):
+        fail(name, "must be an IPv4 or IPv6 address or a DNS host name", value)
+    return value
+
+
+def absolute_path(name, value, allow_empty=False):
+    """An absolute path of characters that need no quoting in a unit file
+    or a configuration ([A-Za-z0-9_@+=:,./-]), without '..' parts."""
+    if allow_empty and value == "":
+        return value
+    text(name, value, _SAFE_PATH, "must be an absolute path of [A-Za-z0-9_@+=:,./-]")
+    if ".." in value.split("/"):
+        fail(name, "must not contain '..'", value)
+    return value
+
+
+def haproxy_duration(name, value):
+    """An HAProxy time: digits with an optional unit (us, ms, s, m, h, d)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    return text(name, value, _HAPROXY_DURATION,
+                "must be an HAProxy duration: digits and an optional unit us, ms, s, m, h or d")
+
+
+def url_path(name, value, allow_empty=False):
+    """An HTTP path: starts with '/', printable ASCII without spaces,
+    quotes, backslashes or '#'."""
+    return text(name, value, r"/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*",
+                "must be an HTTP path starting with '/' (no spaces, quotes or '#')",
+                allow_empty=allow_empty)
+
+
+def account(name, value):
+    """A Unix user or group name as useradd accepts it."""
+    return text(name, value, _ACCOUNT,
+                "must be a user or group name: lower case letters, digits, _ and -, "
+                "not starting with a digit or -, at most 31 characters")
+
+
+def command_word(name, value):
+    """A value that lands as one word on a command line: it must not start
+    with '-', or the program would read it as an option."""
+    text(name, value)
+    if value.startswith("-"):
+        fail(name, "must not start with '-' (it would be read as an option)", value)
+    return value
