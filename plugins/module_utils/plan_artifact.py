@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The deployed plan, kept between runs (docs/plan.md, "The plan artifact").
+
+A run that reaches only some GPU hosts (--limit, an unreachable host, a
+--tags run that gathers no facts) re-plans those hosts and keeps every other
+host's instances as the last run deployed them, so the gateway is always
+built from the whole fleet. merge_plans() does that on plain dicts; the
+playbook reads and writes the artifact as JSON on the controller.
+"""
+
+from __future__ import annotations
+
+import json
+
+ARTIFACT_VERSION = 1
+PLAN_KEYS = ("instances", "unused", "warnings", "totals")
+
+
+def load_artifact(text, name="<plan>"):
+    """The artifact from its JSON text; None when there is none yet (empty).
+    Raises ValueError naming the file and the problem."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if isinstance(text, dict):
+        data = text
+    else:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ValueError("plan file %s is not JSON: %s" % (name, exc))
+    if not isinstance(data, dict):
+        raise ValueError("plan file %s must hold a JSON object, got %s" % (name, type(data).__name__))
+    version = data.get("artifact_version")
+    if type(version) is not int or version != ARTIFACT_VERSION:
+        raise ValueError("plan file %s has artifact_version %r; this collection reads version %d"
+                         % (name, version, ARTIFACT_VERSION))
+    _check_plan(data, "plan file %s" % name)
+    if not isinstance(data.get("hosts"), dict):
+        raise ValueError("plan file %s: hosts must be a mapping host -> {gpus}" % name)
+    return data
+
+
+def _check_plan(plan, what):
+    if not isinstance(plan, dict):
+        raise ValueError("%s must be the mapping fleet_plan returns, got %s" % (what, type(plan).__name__))
+    for key in ("instances", "unused", "warnings"):
+        if not isinstance(plan.get(key), list):
+            raise ValueError("%s: %s must be a list" % (what, key))
+    for i, instance in enumerate(plan["instances"] + plan["unused"]):
+        if not isinstance(instance, dict) or not isinstance(instance.get("host"), str):
+            raise ValueError("%s: instance or unused GPU %d has no host" % (what, i))
+
+
+def _host_of_warning(warning):
+    # fleet_plan prefixes each warning with "HOST: ".
+    return str(warning).split(": ", 1)[0]
+
+
+def merge_plans(fresh, previous, replanned, fleet_hosts):
+    """Merge a fresh plan of some hosts into the last deployed plan.
+
+    fresh: fleet_plan's result for the hosts in `replanned`.
+    previous: load_artifact's result, or None before the first run.
+    fleet_hosts: every GPU host of the inventory; a host of the previous
+    plan that is no longer in it is dropped.
+
+    Returns {"plan": the new artifact, "replanned", "kept", "not_planned",
+    "dropped"} (sorted host lists). "not_planned" are hosts of the fleet
+    that neither this run nor an earlier one planned.
+    """
+    _check_plan(fresh, "the fresh plan")
+    replanned = sorted(set(str(h) for h in replanned))
+    fleet = set(str(h) for h in fleet_hosts)
+    outside = [h for h in replanned if h not in fleet]
+    if outside:
+        raise ValueError("re-planned hosts not in the fleet: %s" % ", ".join(outside))
+    stray = sorted(set(i["host"] for i in fresh["instances"] + fresh["unused"]) - set(replanned))
+    if stray:
+        raise ValueError("the fresh plan holds hosts that were not re-planned: %s" % ", ".join(stray))
+
+    previous = previous or {"instances": [], "unused": [], "warnings": [], "hosts": {}}
+    known = previous["hosts"]
+    kept = sorted(h for h in fleet if h in known and h not in replanned)
+    dropped = sorted(h for h in known if h not in fleet)
+    not_planned = sorted(h for h in fleet if h not in known and h not in replanned)
+
+    def keep(entries):
+        return [e for e in entries if e["host"] in kept]
+
+    gpus = dict((h, known[h].get("gpus", 0)) for h in kept)
+    for host in replanned:
+        gpus[host] = (sum(len(i["gpus"]) for i in fresh["instances"] if i["host"] == host)
+                      + sum(1 for u in fresh["unused"] if u["host"] == host))
+
+    instances = sorted(keep(previous["instances"]) + list(fresh["instances"]),
+                       key=lambda i: (i["host"], i.get("ordinal", 0)))
+    unused = sorted(keep(previous["unused"]) + list(fresh["unused"]),
+                    key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1))
+    warnings = [w for w in previous["warnings"] if _host_of_warning(w) in kept] + list(fresh["warnings"])
+    used = sum(len(i["gpus"]) for i in instances)
+    plan = {
+        "artifact_version": ARTIFACT_VERSION,
+        "hosts": dict((h, {"gpus": gpus[h]}) for h in sorted(gpus)),
+        "instances": instances,
+        "unused": unused,
+        "warnings": sorted(warnings, key=_host_of_warning),
+        "totals": {
+            "hosts": len(gpus),
+            "instances": len(instances),
+            "gpus": sum(gpus.values()),
+            "gpus_used": used,
+            "gpus_unused": sum(gpus.values()) - used,
+        },
+    }
+    return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
+
+
+def dump_artifact(plan):
+    """The artifact as stable JSON text: the same plan gives the same bytes,
+    so rewriting an unchanged plan changes nothing."""
+    return json.dumps(plan, sort_keys=True, indent=1) + "\n"

@@ -1,0 +1,111 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The plan artifact: partial runs keep the hosts they did not reach, on plans of recorded machines."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import merge_plan, plan_artifact_json
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement, plan_artifact, topology
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
+MACHINES = {
+    "h100": "h100_sxm_8gpu_nvswitch",
+    "rtx4090": "rtx4090_8gpu_pcie_switch_quads",
+    "a6000": "rtxa6000_8gpu_nvlink_pairs",
+}
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return dict((host, topology.facts_from_capture(os.path.join(FIXTURES, folder, "capture.yml")))
+                for host, folder in MACHINES.items())
+
+
+def plan(facts, hosts, **options):
+    options.setdefault("tp_size", 4)
+    return placement.plan_fleet(dict((h, facts[h]) for h in hosts), **options)
+
+
+def test_first_full_run_is_the_fleet_plan_with_per_host_gpu_counts(facts):
+    full = plan(facts, sorted(MACHINES))
+    merged = plan_artifact.merge_plans(full, None, sorted(MACHINES), sorted(MACHINES))
+    assert merged["plan"]["instances"] == full["instances"]
+    assert merged["plan"]["totals"] == full["totals"]
+    assert merged["plan"]["hosts"] == {"a6000": {"gpus": 8}, "h100": {"gpus": 8}, "rtx4090": {"gpus": 8}}
+    assert (merged["replanned"], merged["kept"], merged["not_planned"], merged["dropped"]) == (
+        ["a6000", "h100", "rtx4090"], [], [], [])
+
+
+def test_limited_run_keeps_every_other_host_unchanged(facts):
+    before = plan_artifact.merge_plans(plan(facts, sorted(MACHINES)), None, sorted(MACHINES), sorted(MACHINES))["plan"]
+    # --limit h100 with another tp size: only h100 changes
+    fresh = plan(facts, ["h100"], tp_size=2)
+    after = plan_artifact.merge_plans(fresh, before, ["h100"], sorted(MACHINES))
+    assert after["replanned"] == ["h100"] and after["kept"] == ["a6000", "rtx4090"]
+    kept_before = [i for i in before["instances"] if i["host"] != "h100"]
+    kept_after = [i for i in after["plan"]["instances"] if i["host"] != "h100"]
+    assert kept_after == kept_before
+    assert [i["gpu_indices"] for i in after["plan"]["instances"] if i["host"] == "h100"] == [
+        [0, 1], [2, 3], [4, 5], [6, 7]]
+    assert after["plan"]["totals"] == {"hosts": 3, "instances": 8, "gpus": 24, "gpus_used": 24, "gpus_unused": 0}
+
+
+def test_rerun_of_the_same_plan_gives_the_same_bytes(facts):
+    full = plan(facts, sorted(MACHINES))
+    first = plan_artifact.merge_plans(full, None, sorted(MACHINES), sorted(MACHINES))["plan"]
+    text = plan_artifact.dump_artifact(first)
+    again = plan_artifact.merge_plans(plan(facts, ["a6000"]), plan_artifact.load_artifact(text),
+                                      ["a6000"], sorted(MACHINES))["plan"]
+    assert plan_artifact.dump_artifact(again) == text
+
+
+def test_hosts_gone_from_the_inventory_are_dropped_and_new_ones_reported(facts):
+    before = plan_artifact.merge_plans(plan(facts, ["h100", "rtx4090"]), None, ["h100", "rtx4090"],
+                                       ["h100", "rtx4090"])["plan"]
+    after = plan_artifact.merge_plans(plan(facts, []), before, [], ["h100", "a6000"])
+    assert after["dropped"] == ["rtx4090"] and after["kept"] == ["h100"] and after["not_planned"] == ["a6000"]
+    assert set(i["host"] for i in after["plan"]["instances"]) == {"h100"}
+    assert after["plan"]["totals"]["hosts"] == 1
+
+
+def test_merge_refuses_fresh_hosts_outside_the_replanned_list(facts):
+    with pytest.raises(ValueError, match="not re-planned: h100"):
+        plan_artifact.merge_plans(plan(facts, ["h100"]), None, [], ["h100"])
+    with pytest.raises(ValueError, match="not in the fleet: gone"):
+        plan_artifact.merge_plans(plan(facts, []), None, ["gone"], ["h100"])
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{", "plan file p.json is not JSON"),
+    ("[]", "must hold a JSON object, got list"),
+    ('{"artifact_version": true, "instances": [], "unused": [], "warnings": [], "hosts": {}}', "artifact_version True"),
+    ('{"artifact_version": 1, "instances": {}, "unused": [], "warnings": [], "hosts": {}}', "instances must be a list"),
+    ('{"artifact_version": 1, "instances": [{"name": "x"}], "unused": [], "warnings": [], "hosts": {}}',
+     "instance or unused GPU 0 has no host"),
+    ('{"artifact_version": 1, "instances": [], "unused": [], "warnings": [], "hosts": []}', "hosts must be a mapping"),
+])
+def test_load_artifact_names_the_file_and_problem(text, message):
+    with pytest.raises(ValueError, match="p.json") as info:
+        plan_artifact.load_artifact(text, "p.json")
+    assert message in str(info.value)
+
+
+def test_load_artifact_without_a_file_is_none():
+    assert plan_artifact.load_artifact("") is None and plan_artifact.load_artifact(None) is None
+
+
+def test_filters_wrap_errors_and_round_trip(facts):
+    full = plan(facts, ["h100"])
+    merged = merge_plan(full, previous="", replanned=["h100"], fleet_hosts=["h100"])
+    assert json.loads(plan_artifact_json(merged["plan"])) == merged["plan"]
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.merge_plan: plan file /x/plan.json is not JSON"):
+        merge_plan(full, previous="nope", previous_name="/x/plan.json", replanned=["h100"], fleet_hosts=["h100"])
+    with pytest.raises(AnsibleFilterError, match="replanned and fleet_hosts are required"):
+        merge_plan(full, previous="")
