@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters for the deployed plan kept between runs: merge_plan, plan_artifact_json.
+"""Filters for the deployed plan kept between runs: merge_plan, load_plan, plan_artifact_json.
 
 Thin shells around module_utils/plan_artifact.py; see docs/plan.md.
 """
@@ -32,6 +32,15 @@ def merge_plan(fresh, previous=None, replanned=None, fleet_hosts=None, previous_
         raise AnsibleFilterError("gpufleet.numa.merge_plan: %s" % exc)
 
 
+def load_plan(text, name="<plan>"):
+    try:
+        if text is not None and not isinstance(text, (str, dict)):
+            raise ValueError("the plan file's content must be JSON text")
+        return plan_artifact.require_artifact(_plain(text), name=str(name))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.load_plan: %s" % exc)
+
+
 def plan_artifact_json(plan):
     try:
         return plan_artifact.dump_artifact(_plain(plan))
@@ -41,4 +50,4 @@ def plan_artifact_json(plan):
 
 class FilterModule(object):
     def filters(self):
-        return {"merge_plan": merge_plan, "plan_artifact_json": plan_artifact_json}
+        return {"merge_plan": merge_plan, "load_plan": load_plan, "plan_artifact_json": plan_artifact_json}

@@ -42,6 +42,17 @@ def load_artifact(text, name="<plan>"):
     return data
 
 
+def require_artifact(text, name="<plan>"):
+    """The artifact a run that plans nothing deploys from; an error when none was kept."""
+    plan = load_artifact(text, name)
+    if plan is None:
+        raise ValueError(
+            "no deployed plan at %s: run the playbook without --tags (or with --tags plan) "
+            "on the GPU servers first" % name
+        )
+    return plan
+
+
 def _check_plan(plan, what):
     if not isinstance(plan, dict):
         raise ValueError("%s must be the mapping fleet_plan returns, got %s" % (what, type(plan).__name__))

@@ -109,3 +109,12 @@ def test_filters_wrap_errors_and_round_trip(facts):
         merge_plan(full, previous="nope", previous_name="/x/plan.json", replanned=["h100"], fleet_hosts=["h100"])
     with pytest.raises(AnsibleFilterError, match="replanned and fleet_hosts are required"):
         merge_plan(full, previous="")
+
+
+def test_load_plan_filter_requires_a_kept_plan(facts):
+    from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import load_plan
+
+    with pytest.raises(AnsibleFilterError, match="no deployed plan at /srv/plan.json: run the playbook"):
+        load_plan("", "/srv/plan.json")
+    merged = merge_plan(plan(facts, ["h100"]), previous="", replanned=["h100"], fleet_hosts=["h100"])
+    assert load_plan(plan_artifact_json(merged["plan"]), "p") == merged["plan"]

@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Operating the demo fleet: partial runs, tags and an unreachable host.
+
+The real playbook on the demo inventory (recorded topologies, everything in
+a staging directory). A run limited to some hosts re-plans only those and
+keeps the others' instances from the plan kept by the last run, so the
+gateway never shrinks; runs that plan nothing (-l gateways, --tags vllm)
+deploy from that plan; an unreachable GPU server drops out and is listed
+at the end while the others deploy.
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+HOSTS = ["demo-a6000-nvlink", "demo-h100-nvswitch", "demo-rtx4090-pcie"]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """An inventory: the demo's, plus one GPU server that cannot be reached."""
+    tmp = tmp_path_factory.mktemp("fleet-ops")
+    inventory = tmp / "inventory"
+    shutil.copytree(REPO / "inventories" / "demo" / "group_vars", inventory / "group_vars")
+    hosts = yaml.safe_load((REPO / "inventories" / "demo" / "hosts.yml").read_text())
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    dead = dict(hosts)
+    dead["all"]["children"]["gpu_servers"]["hosts"]["dead-host"] = {
+        # nothing listens on port 1: unreachable at once
+        "ansible_host": "127.0.0.9", "ansible_connection": "ssh", "ansible_port": 1,
+    }
+    (inventory / "with-dead.yml").write_text(yaml.safe_dump(dead))
+    return {"inventory": inventory, "staging": tmp / "staging"}
+
+
+def deploy(fleet, *args, hosts_file="hosts.yml", rc=0):
+    env = dict(os.environ, GPUFLEET_REPO=str(REPO), GPUFLEET_STAGING=str(fleet["staging"]),
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), str(REPO / "playbooks" / "deploy_inference.yml"),
+         "-i", str(fleet["inventory"] / hosts_file), *args],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
+    )
+    assert proc.returncode == rc, proc.stdout[-4000:]
+    return " ".join(proc.stdout.split())  # the YAML callback folds long lines
+
+
+def backends(fleet):
+    config = (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text()
+    return sorted(re.findall(r"^\s*server (\S+) ", config, re.M))
+
+
+def kept_plan(fleet):
+    return json.loads((fleet["staging"] / "gpufleet-plan.json").read_text())
+
+
+def test_partial_runs_tags_and_dead_hosts(fleet):
+    # One module-long story: each step starts from the state the last left.
+    deploy(fleet)
+    full = backends(fleet)
+    assert len(full) == 6 and kept_plan(fleet)["totals"]["instances"] == 6
+
+    # --limit one GPU server and the gateway, with another TP size: only that
+    # server is re-planned, the gateway keeps every other server's backends.
+    out = deploy(fleet, "-l", "demo-h100-nvswitch,demo-gateway", "-e", "gpufleet_tp_size=2")
+    assert "re-planned: demo-h100-nvswitch" in out
+    assert "kept from %s: demo-a6000-nvlink, demo-rtx4090-pcie" % (fleet["staging"] / "gpufleet-plan.json") in out
+    after = backends(fleet)
+    assert len(after) == 8
+    assert [b for b in after if "h100" not in b] == [b for b in full if "h100" not in b]
+    plan = kept_plan(fleet)
+    assert [len(i["gpus"]) for i in plan["instances"] if i["host"] == "demo-h100-nvswitch"] == [2, 2, 2, 2]
+
+    # The gateway alone deploys from the kept plan.
+    deploy(fleet, "-l", "gateways")
+    assert backends(fleet) == after
+
+    # Every tag runs on its own.
+    for tag in ("facts", "plan", "vllm", "gateway"):
+        deploy(fleet, "--tags", tag)
+    assert len(backends(fleet)) == 6  # --tags plan re-planned every server at tp 4
+
+    # An unreachable server: the others deploy, it is listed at the end, and
+    # the gateway keeps every reachable server's instances.
+    out = deploy(fleet, hosts_file="with-dead.yml", rc=4)
+    assert re.search(r"Not deployed in this run .*: dead-host", out)
+    assert "never planned (no instances yet): dead-host" in out
+    assert len(backends(fleet)) == 6
