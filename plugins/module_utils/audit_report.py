@@ -32,7 +32,7 @@ LINK_STYLES = {
 MISPLACED = "#c62828"
 
 GPU_W, GPU_H, GAP = 58, 42, 8
-CHIP_W, CHIP_H = 124, 22
+CHIP_W, CHIP_H = 140, 22
 CHIP_GAP = 40  # room between a process chip and the GPU row for its lines
 NIC_W, NIC_H = 66, 18
 PAD = 10
@@ -81,7 +81,7 @@ def text_table(results):
     lines.append("  ".join(str(c).ljust(w) for c, w in zip(rows[0], widths)) + "  FINDING")
     for f, row in zip(findings, rows[1:]):
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + "  " + f["message"])
-        lines.append(" " * (sum(widths) + 8) + "  fix: " + f["fix"])
+        lines.append("    fix: " + f["fix"])
     return lines
 
 
