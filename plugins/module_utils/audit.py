@@ -184,7 +184,8 @@ def _group_subject(group):
 
 
 def _socket_local_choice(view, count):
-    """GPUs of one socket, count of them, as a suggestion (None when none fits)."""
+    """(text, node or None): `count` GPUs of one NUMA node, else of one
+    socket, as a suggestion; (None, None) when no socket has that many."""
     by_socket = {}
     for gpu in view.gpus:
         if gpu.get("numa_node") is None:
@@ -197,11 +198,10 @@ def _socket_local_choice(view, count):
             by_node.setdefault(gpu["numa_node"], []).append(gpu)
         for node in sorted(by_node):
             if len(by_node[node]) >= count:
-                return "%s (%s)" % (view.label(by_node[node][:count]), _node_word([node]))
+                return "%s (%s)" % (view.label(by_node[node][:count]), _node_word([node])), node
         if len(gpus) >= count:
-            return "%s (%s)" % (view.label(gpus[:count]), "socket %s" % label[1] if label[0] == "socket"
-                                else _node_word([label[1]]))
-    return None
+            return "%s (socket %s)" % (view.label(gpus[:count]), label[1]), None
+    return None, None
 
 
 def check_group(view, group):
@@ -214,15 +214,19 @@ def check_group(view, group):
     labels = set(view.socket_label(n) for n in nodes)
     per_node = "; ".join(
         "%s on %s" % (view.label([g for g in known if g.get("numa_node") == n]), _node_word([n])) for n in nodes)
-    suggestion = _socket_local_choice(view, len(known))
+    suggestion, node = _socket_local_choice(view, len(known))
     if len(labels) > 1:
         sockets_known = all(lab[0] == "socket" for lab in labels)
         where = ("sockets %s" % _ints(sorted(lab[1] for lab in labels))) if sockets_known else (
             "NUMA nodes %s (sockets unknown: taken as separate sockets)" % _ints(nodes))
         message = ("%s holds %s across %s (%s): every all-reduce and host copy crosses the inter-socket link"
                    % (_group_subject(group), view.label(known), where, per_node))
-        fix = "run it on the GPUs of one socket%s, bound to their node (%s), or deploy it with gpufleet.numa.fleet_plan" % (
-            ", e.g. " + suggestion if suggestion else "", _bind_command([known[0]["numa_node"]]) if suggestion else "numactl")
+        if suggestion:
+            fix = "run it on the GPUs of one socket, e.g. %s%s, or deploy it with gpufleet.numa.fleet_plan" % (
+                suggestion, ", bound to that node (%s)" % _bind_command([node]) if node is not None else "")
+        else:
+            fix = ("no socket has %d GPUs: use fewer GPUs per group (one socket's), bound to their node, or deploy "
+                   "it with gpufleet.numa.fleet_plan (allow_span interleaves memory when a group must span)" % len(known))
         severity, code = "critical", "gpus_span_sockets"
     else:
         message = "%s holds %s on several NUMA nodes of one socket (%s)" % (_group_subject(group), view.label(known), per_node)

@@ -367,7 +367,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 6px}
 .critical{background:#b71c1c}.error{background:#e65100}.warning{background:#f9a825;color:#212121}.info{background:#546e7a}
 .ok{background:#2e7d32}
 .host{background:#fff;border:1px solid #e0e0e0;border-radius:8px;padding:12px 16px;margin-bottom:20px}
-.diagram{overflow-x:auto;margin:8px 0}
+.diagram{overflow-x:auto;margin:8px 0}.diagram svg{max-width:100%;height:auto}
 table{border-collapse:collapse;width:100%;margin:8px 0}
 th,td{border-bottom:1px solid #e0e0e0;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#f5f5f5;font-weight:600}td.fix{color:#1b5e20}
