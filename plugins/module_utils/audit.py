@@ -498,7 +498,8 @@ def check_plan(view, deployed, groups, process_source):
                 findings.append(_finding(
                     host, "error", "instance_not_running", name,
                     "instance %s (planned on %s) is not running: no process holds its GPUs" % (name, _describe(view, keys)),
-                    "look at its unit: systemctl status gpufleet-%s (the vllm role's default unit prefix); journalctl -u gpufleet-%s" % (name, name), gpus=keys, instance=name))
+                    "look at its unit: systemctl status gpufleet-%s (the vllm role's default unit prefix); "
+                    "journalctl -u gpufleet-%s" % (name, name), gpus=keys, instance=name))
                 state["state"] = "not running"
             else:
                 other = "; ".join("%s holds %s" % (_group_subject(g), _describe(view, g["gpus"])) for g in holders)

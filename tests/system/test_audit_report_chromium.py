@@ -12,6 +12,7 @@ GPUFLEET_AUDIT_SCREENSHOT=path.png to keep the screenshot.
 """
 
 import json
+import os
 import pathlib
 import shutil
 import struct
@@ -78,7 +79,7 @@ def test_report_renders_in_headless_chromium(tmp_path, request):
     assert png_size(data) == (WIDTH, HEIGHT)
     # a blank or unstyled page compresses to a few KiB; diagrams and tables do not
     assert len(data) > 100000, "screenshot is %d bytes: the page did not render" % len(data)
-    keep = __import__("os").environ.get("GPUFLEET_AUDIT_SCREENSHOT")
+    keep = os.environ.get("GPUFLEET_AUDIT_SCREENSHOT")
     if keep:
         shutil.copy(str(shot), keep)
         (pathlib.Path(keep).with_suffix(".json")).write_text(json.dumps([r["host"] for r in results()]))
