@@ -596,8 +596,9 @@ def audit_host(facts, processes, host=None, deployed=None, memory_threshold=DEFA
     if processes.get("source") is None and any(g.get("vendor") == "nvidia" for g in view.gpus):
         findings.append(_finding(
             host, "info", "processes_unknown", host,
-            "which processes hold the GPUs is unknown (neither NVML nor nvidia-smi answered)",
-            "install nvidia-ml-py or nvidia-smi on the host"))
+            "which processes hold the GPUs is unknown (neither NVML nor nvidia-smi answered, or a capture "
+            "recorded without a process list)",
+            "install nvidia-ml-py or nvidia-smi on the host; record captures with playbooks/record_topology.yml"))
     groups = process_groups(view, procs)
     states = []
     today = None

@@ -111,7 +111,7 @@ class _Layout(object):
         self.topo = topo
         self.gpus = list(topo.get("gpus") or [])
         self.nics = list(topo.get("nics") or [])
-        nodes = [n for n in topo.get("numa_nodes") or []]
+        nodes = list(topo.get("numa_nodes") or [])
         node_ids = [n["id"] for n in nodes]
         for g in self.gpus + self.nics:
             if g.get("numa_node") is not None and g["numa_node"] not in node_ids:
@@ -330,10 +330,12 @@ def host_svg(result):
                 continue
             gx, gy = layout.pos[gid]
             gpu_node = next((g.get("numa_node") for g in layout.gpus if g["id"] == gid), None)
-            far = home is None or gpu_node != home
+            # red: the GPU is on another node than the process; grey dashes: the process has no home node
+            far = home is not None and gpu_node != home
+            stroke = MISPLACED if far else ("#78909c" if home is None else colour)
             overlay.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%s"%s opacity="0.9"/>' % (
-                cx + CHIP_W / 2.0, cy + CHIP_H, gx + GPU_W / 2.0, gy, MISPLACED if far else colour,
-                2.2 if far else 1.4, ' stroke-dasharray="5 3"' if far else ""))
+                cx + CHIP_W / 2.0, cy + CHIP_H, gx + GPU_W / 2.0, gy, stroke,
+                2.2 if far else 1.4, ' stroke-dasharray="5 3"' if far or home is None else ""))
         mark = "\u26a0 " if group.get("misplaced") else ""
         label = "%s%s %s" % (mark, group["name"][:9], group["leader"])
         if len(group["pids"]) > 1:
@@ -418,9 +420,9 @@ def _findings_table(findings):
         return "<p>No findings.</p>"
     rows = []
     for f in findings:
+        cells = (f["severity"], _e(f["severity"]), _e(f["code"]), _e(f["subject"]), _e(f["message"]), _e(f["fix"]))
         rows.append('<tr><td><span class="badge %s">%s</span></td><td><code>%s</code></td><td>%s</td><td>%s</td>'
-                    '<td class="fix">%s</td></tr>' % (f["severity"], _e(f["severity"]), _e(f["code"]), _e(f["subject"]),
-                                                     _e(f["message"]), _e(f["fix"])))
+                    '<td class="fix">%s</td></tr>' % cells)
     return ('<table class="findings"><thead><tr><th>severity</th><th>code</th><th>subject</th><th>finding</th><th>fix</th>'
             '</tr></thead><tbody>%s</tbody></table>' % "".join(rows))
 

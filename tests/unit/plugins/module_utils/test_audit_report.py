@@ -17,8 +17,8 @@ from audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes, pid_of
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def trap_result(host="gpu-a", holds=TRAP_HOLDS, machine=DGX2):
-    facts, processes = audit_gather.gather_capture(capture_with_processes(machine, holds))
+def trap_result(host="gpu-a", holds=None, machine=DGX2):
+    facts, processes = audit_gather.gather_capture(capture_with_processes(machine, holds or TRAP_HOLDS))
     return audit_gather.audit_result(facts, processes, host)
 
 
