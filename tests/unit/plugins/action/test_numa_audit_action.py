@@ -85,7 +85,8 @@ def test_module_live_records_a_real_process_and_the_replay_agrees(tmp_path):
         env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", VLLM_API_KEY="sk-never-recorded"))
     try:
         deadline = time.time() + 10
-        while "sleep" not in open("/proc/%d/cmdline" % proc.pid).read() and time.time() < deadline:
+        # numactl's own command line holds the same words: wait until it has exec'd Python
+        while open("/proc/%d/cmdline" % proc.pid).read().split("\0")[0] != sys.executable and time.time() < deadline:
             time.sleep(0.02)
         smi = tmp_path / "nvidia-smi"
         smi.write_text('#!/bin/sh\n[ "$1" = "--query-compute-apps=pid,gpu_bus_id" ] || exit 9\n'
