@@ -1,0 +1,125 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Action for gpufleet.numa.numa_audit: controller-side inputs.
+
+- capture=: the capture is replayed here by the same module_utils code the
+  module runs; the target is never contacted.
+- plan=: the deployed plan is read here, and the findings are computed
+  here from the module's topology and processes (or the replay), so the
+  plan never travels to the target.
+- fail_on_severity is applied here, after the plan's findings are in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather
+
+_FALSE = (None, False, "false", "no", "False", "0", 0)
+
+
+def load_plan(path):
+    """A deployed plan file (YAML or JSON) as a dict; ValueError names the file."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+    except (OSError, IOError) as exc:
+        raise ValueError("plan %s cannot be read: %s" % (path, exc.strerror or exc))
+    except UnicodeDecodeError:
+        raise ValueError("plan %s is not UTF-8 text" % path)
+    try:
+        import yaml
+        data = yaml.safe_load(text)
+    except ImportError:
+        data = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError
+        raise ValueError("plan %s is not valid YAML or JSON: %s" % (path, str(exc).splitlines()[0]))
+    if not isinstance(data, dict):
+        raise ValueError("plan %s must hold a mapping (the fleet_plan output), got %s" % (path, type(data).__name__))
+    return data
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("root", "record", "capture", "plan", "nvml", "nvidia_smi", "memory_threshold",
+                             "fail_on_severity"))
+
+    def _resolve(self, path):
+        """Absolute path of a controller file, or None."""
+        if os.path.isabs(path):
+            return path if os.path.exists(path) else None
+        try:
+            return self._find_needle("files", path)
+        except AnsibleError:
+            pass
+        candidate = os.path.abspath(path)
+        return candidate if os.path.exists(candidate) else None
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = dict(self._task.args)
+        host = task_vars.get("inventory_hostname")
+        severity = args.pop("fail_on_severity", None) or "none"
+        if severity != "none" and severity not in audit.SEVERITIES:
+            return dict(result, failed=True, msg="fail_on_severity must be one of none, %s, got %r"
+                        % (", ".join(audit.SEVERITIES), severity))
+        threshold = args.get("memory_threshold", audit.DEFAULT_MEMORY_THRESHOLD)
+        try:
+            threshold = int(threshold)
+        except (TypeError, ValueError):
+            return dict(result, failed=True, msg="memory_threshold must be an integer percentage, got %r" % (threshold,))
+        deployed = None
+        plan = args.pop("plan", None)
+        if plan:
+            path = self._resolve(str(plan))
+            if path is None:
+                return dict(result, failed=True, msg="plan file %s not found (looked in the files/ directories, the "
+                            "playbook directory and %s)" % (plan, os.getcwd()))
+            try:
+                deployed = load_plan(path)
+                audit.deployed_for_host(deployed, host)
+            except ValueError as exc:
+                return dict(result, failed=True, msg="plan %s: %s" % (plan, to_text(exc)))
+            result["plan_file"] = path
+        capture = args.pop("capture", None)
+        if capture:
+            if args.get("record") not in _FALSE:
+                return dict(result, failed=True, msg="capture and record cannot be used together: a replay records nothing")
+            path = self._resolve(str(capture))
+            if path is None:
+                return dict(result, failed=True, msg="capture file %s not found (looked in the files/ directories, the "
+                            "playbook directory and %s)" % (capture, os.getcwd()))
+            try:
+                facts, processes = audit_gather.gather_capture(path)
+            except ValueError as exc:
+                return dict(result, failed=True, msg="capture %s: %s" % (capture, to_text(exc)))
+            result["capture_file"] = path
+            extra = {}
+        else:
+            args["fail_on_severity"] = "none"
+            module = self._execute_module(module_args=args, task_vars=task_vars)
+            if module.get("failed"):
+                result.update(module)
+                return result
+            facts = module["topology"]
+            processes = {"source": module.get("process_source"), "processes": module.get("processes") or [],
+                         "warnings": module.get("warnings") or []}
+            extra = dict((k, module[k]) for k in ("capture",) if k in module)
+        try:
+            result.update(audit_gather.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold))
+        except ValueError as exc:
+            return dict(result, failed=True, msg="numa_audit %s: %s" % (host, to_text(exc)))
+        result.update(extra)
+        result["changed"] = False
+        failed, msg = audit_gather.gate(result, severity)
+        if failed:
+            result.update(failed=True, msg=msg)
+        return result
