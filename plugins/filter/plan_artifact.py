@@ -20,14 +20,15 @@ def _plain(value):
     return json.loads(json.dumps(value))
 
 
-def merge_plan(fresh, previous=None, replanned=None, fleet_hosts=None, previous_name="<plan>"):
+def merge_plan(fresh, previous=None, replanned=None, fleet_hosts=None, previous_name="<plan>", options=None):
     try:
         if previous is not None and not isinstance(previous, (str, dict)):
             raise ValueError("previous must be the plan file's JSON text or a mapping")
         if replanned is None or fleet_hosts is None:
             raise ValueError("replanned and fleet_hosts are required")
         old = plan_artifact.load_artifact(_plain(previous), name=str(previous_name))
-        return plan_artifact.merge_plans(_plain(fresh), old, _plain(replanned), _plain(fleet_hosts))
+        return plan_artifact.merge_plans(_plain(fresh), old, _plain(replanned), _plain(fleet_hosts),
+                                         options=_plain(options))
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("gpufleet.numa.merge_plan: %s" % exc)
 

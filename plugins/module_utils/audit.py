@@ -388,6 +388,10 @@ def deployed_for_host(deployed, host):
     if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
         raise ValueError("deployed plan has no instances list (expected the fleet_plan output, or {plan: ..., options: ...})")
     options = deployed.get("options") or {}
+    # The deploy's kept plan (docs/plan.md) holds the options per host.
+    per_host = (deployed.get("hosts") or {}).get(host) if isinstance(deployed.get("hosts"), dict) else None
+    if isinstance(per_host, dict) and "options" in per_host:
+        options = per_host["options"] or {}
     if not isinstance(options, dict):
         raise ValueError("deployed plan options must be a mapping, got %s" % type(options).__name__)
     unknown = sorted(set(options) - set(placement.FLEET_OPTIONS))

@@ -64,18 +64,32 @@ def _check_plan(plan, what):
             raise ValueError("%s: instance or unused GPU %d has no host" % (what, i))
 
 
+def _typed(options):
+    """Options as fleet_plan read them: `-e tp_size=2` arrives as the string "2"."""
+    out = {}
+    for key, value in options.items():
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        elif key == "allow_span" and isinstance(value, str):
+            value = value.strip().lower() in ("1", "true", "yes", "on")
+        out[key] = value
+    return out
+
+
 def _host_of_warning(warning):
     # fleet_plan prefixes each warning with "HOST: ".
     return str(warning).split(": ", 1)[0]
 
 
-def merge_plans(fresh, previous, replanned, fleet_hosts):
+def merge_plans(fresh, previous, replanned, fleet_hosts, options=None):
     """Merge a fresh plan of some hosts into the last deployed plan.
 
     fresh: fleet_plan's result for the hosts in `replanned`.
     previous: load_artifact's result, or None before the first run.
     fleet_hosts: every GPU host of the inventory; a host of the previous
     plan that is no longer in it is dropped.
+    options: the fleet_plan options the re-planned hosts were planned with
+    (kept per host, so the audit can plan a host again as it was deployed).
 
     Returns {"plan": the new artifact, "replanned", "kept", "not_planned",
     "dropped"} (sorted host lists). "not_planned" are hosts of the fleet
@@ -100,10 +114,19 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
     def keep(entries):
         return [e for e in entries if e["host"] in kept]
 
-    gpus = dict((h, known[h].get("gpus", 0)) for h in kept)
+    if options is not None and not isinstance(options, dict):
+        raise ValueError("options must be the mapping of fleet_plan options, got %s" % type(options).__name__)
+    host_options = _typed(dict((k, v) for k, v in (options or {}).items() if k != "hosts"))
+    hosts = dict((h, known[h]) for h in kept)
     for host in replanned:
-        gpus[host] = (sum(len(i["gpus"]) for i in fresh["instances"] if i["host"] == host)
-                      + sum(1 for u in fresh["unused"] if u["host"] == host))
+        entry = {"gpus": (sum(len(i["gpus"]) for i in fresh["instances"] if i["host"] == host)
+                          + sum(1 for u in fresh["unused"] if u["host"] == host))}
+        if options is not None:
+            exclude = host_options.get("exclude_gpus")
+            entry["options"] = dict(host_options, exclude_gpus=(exclude.get(host) or []) if isinstance(exclude, dict)
+                                    else (exclude or []))
+        hosts[host] = entry
+    gpus = dict((h, hosts[h].get("gpus", 0)) for h in hosts)
 
     instances = sorted(keep(previous["instances"]) + list(fresh["instances"]),
                        key=lambda i: (i["host"], i.get("ordinal", 0)))
@@ -113,7 +136,7 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
     used = sum(len(i["gpus"]) for i in instances)
     plan = {
         "artifact_version": ARTIFACT_VERSION,
-        "hosts": dict((h, {"gpus": gpus[h]}) for h in sorted(gpus)),
+        "hosts": dict((h, hosts[h]) for h in sorted(hosts)),
         "instances": instances,
         "unused": unused,
         "warnings": sorted(warnings, key=_host_of_warning),

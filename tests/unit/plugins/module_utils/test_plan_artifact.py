@@ -118,3 +118,30 @@ def test_load_plan_filter_requires_a_kept_plan(facts):
         load_plan("", "/srv/plan.json")
     merged = merge_plan(plan(facts, ["h100"]), previous="", replanned=["h100"], fleet_hosts=["h100"])
     assert load_plan(plan_artifact_json(merged["plan"]), "p") == merged["plan"]
+
+
+def test_options_are_kept_per_host_with_their_types(facts):
+    options = {"tp_size": "2", "pp_size": 1, "allow_span": "false", "reserved_cpus_per_socket": 1,
+               "exclude_gpus": {"h100": ["0000:18:00.0"]}, "hosts": ["ignored"]}
+    merged = plan_artifact.merge_plans(plan(facts, ["h100", "a6000"], tp_size=2), None, ["h100", "a6000"],
+                                       ["h100", "a6000"], options=options)
+    hosts = merged["plan"]["hosts"]
+    assert hosts["h100"]["options"] == {"tp_size": 2, "pp_size": 1, "allow_span": False,
+                                        "reserved_cpus_per_socket": 1, "exclude_gpus": ["0000:18:00.0"]}
+    assert hosts["a6000"]["options"]["exclude_gpus"] == []
+    # a later run that re-plans only a6000 keeps h100's options as deployed
+    again = plan_artifact.merge_plans(plan(facts, ["a6000"]), merged["plan"], ["a6000"], ["h100", "a6000"],
+                                      options={"tp_size": 4})
+    assert again["plan"]["hosts"]["h100"] == hosts["h100"]
+    assert again["plan"]["hosts"]["a6000"]["options"] == {"tp_size": 4, "exclude_gpus": []}
+
+
+def test_audit_replans_a_host_with_the_options_it_was_deployed_with(facts):
+    from ansible_collections.gpufleet.numa.plugins.module_utils import audit
+
+    merged = plan_artifact.merge_plans(plan(facts, ["h100"], reserved_cpus_per_socket=1), None, ["h100"], ["h100"],
+                                       options={"tp_size": 4, "reserved_cpus_per_socket": 1})
+    instances, options, dummy = audit.deployed_for_host(merged["plan"], "h100")
+    assert len(instances) == 2 and options["reserved_cpus_per_socket"] == 1
+    today = placement.plan_host(facts["h100"], host="h100", **options)
+    assert [g["cpus"] for g in today["groups"]] == [i["cpus"] for i in instances]
