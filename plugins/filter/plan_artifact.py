@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters for the deployed plan kept between runs: merge_plan, load_plan, plan_artifact_json.
+"""Filters for planning a fleet run by run: fleet_plan_by_host (each host with
+its own settings) and the deployed plan kept between runs: merge_plan,
+load_plan, plan_artifact_json.
 
 Thin shells around module_utils/plan_artifact.py; see docs/plan.md.
 """
@@ -12,7 +14,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import plan_artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact
 
 
 def _plain(value):
@@ -20,15 +22,46 @@ def _plain(value):
     return json.loads(json.dumps(value))
 
 
-def merge_plan(fresh, previous=None, replanned=None, fleet_hosts=None, previous_name="<plan>", options=None):
+def _facts(host, variables):
+    facts = None
+    if hasattr(variables, "get"):
+        ansible_facts = variables.get("ansible_facts")
+        facts = ansible_facts.get("numa_topology") if hasattr(ansible_facts, "get") else None
+    if facts is None:
+        raise ValueError("host %s: no topology facts (run gpufleet.numa.numa_facts on it first)" % host)
+    return _plain(facts)
+
+
+def fleet_plan_by_host(host_vars, hosts=None):
+    """Plan each host with its own gpufleet_* variables (docs/deploy.md)."""
+    try:
+        if not hasattr(host_vars, "keys"):
+            raise ValueError("input must be a mapping host -> variables (hostvars)")
+        hosts = sorted(str(h) for h in (host_vars.keys() if hosts is None else hosts))
+        missing = [h for h in hosts if h not in host_vars]
+        if missing:
+            raise ValueError("hosts not in the input: %s" % ", ".join(missing))
+        settings = fleet_settings.host_settings(host_vars, hosts)
+        plans = []
+        for options, group in fleet_settings.plan_groups(settings):
+            facts = dict((h, _facts(h, host_vars[h])) for h in group)
+            try:
+                plans.append(placement.plan_fleet(facts, hosts=group, **options))
+            except ValueError as exc:
+                raise ValueError("%s (hosts %s)" % (exc, ", ".join(group)))
+        return dict(plan_artifact.combine_plans(plans), settings=settings)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.fleet_plan_by_host: %s" % exc)
+
+
+def merge_plan(fresh, previous=None, replanned=None, fleet_hosts=None, previous_name="<plan>"):
     try:
         if previous is not None and not isinstance(previous, (str, dict)):
             raise ValueError("previous must be the plan file's JSON text or a mapping")
         if replanned is None or fleet_hosts is None:
             raise ValueError("replanned and fleet_hosts are required")
         old = plan_artifact.load_artifact(_plain(previous), name=str(previous_name))
-        return plan_artifact.merge_plans(_plain(fresh), old, _plain(replanned), _plain(fleet_hosts),
-                                         options=_plain(options))
+        return plan_artifact.merge_plans(_plain(fresh), old, _plain(replanned), _plain(fleet_hosts))
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("gpufleet.numa.merge_plan: %s" % exc)
 
@@ -51,4 +84,5 @@ def plan_artifact_json(plan):
 
 class FilterModule(object):
     def filters(self):
-        return {"merge_plan": merge_plan, "load_plan": load_plan, "plan_artifact_json": plan_artifact_json}
+        return {"fleet_plan_by_host": fleet_plan_by_host, "merge_plan": merge_plan, "load_plan": load_plan,
+                "plan_artifact_json": plan_artifact_json}

@@ -81,15 +81,16 @@ def _host_of_warning(warning):
     return str(warning).split(": ", 1)[0]
 
 
-def merge_plans(fresh, previous, replanned, fleet_hosts, options=None):
+def merge_plans(fresh, previous, replanned, fleet_hosts):
     """Merge a fresh plan of some hosts into the last deployed plan.
 
     fresh: fleet_plan's result for the hosts in `replanned`.
     previous: load_artifact's result, or None before the first run.
     fleet_hosts: every GPU host of the inventory; a host of the previous
     plan that is no longer in it is dropped.
-    options: the fleet_plan options the re-planned hosts were planned with
-    (kept per host, so the audit can plan a host again as it was deployed).
+    fresh["settings"], when present (fleet_plan_by_host), maps each host to
+    the fleet_plan options it was planned with: they are kept per host, so
+    the audit can plan a host again as it was deployed.
 
     Returns {"plan": the new artifact, "replanned", "kept", "not_planned",
     "dropped"} (sorted host lists). "not_planned" are hosts of the fleet
@@ -114,17 +115,15 @@ def merge_plans(fresh, previous, replanned, fleet_hosts, options=None):
     def keep(entries):
         return [e for e in entries if e["host"] in kept]
 
-    if options is not None and not isinstance(options, dict):
-        raise ValueError("options must be the mapping of fleet_plan options, got %s" % type(options).__name__)
-    host_options = _typed(dict((k, v) for k, v in (options or {}).items() if k != "hosts"))
+    settings = fresh.get("settings")
+    if settings is not None and not isinstance(settings, dict):
+        raise ValueError("the fresh plan's settings must map host -> options")
     hosts = dict((h, known[h]) for h in kept)
     for host in replanned:
         entry = {"gpus": (sum(len(i["gpus"]) for i in fresh["instances"] if i["host"] == host)
                           + sum(1 for u in fresh["unused"] if u["host"] == host))}
-        if options is not None:
-            exclude = host_options.get("exclude_gpus")
-            entry["options"] = dict(host_options, exclude_gpus=(exclude.get(host) or []) if isinstance(exclude, dict)
-                                    else (exclude or []))
+        if settings and host in settings:
+            entry["options"] = _typed(settings[host])
         hosts[host] = entry
     gpus = dict((h, hosts[h].get("gpus", 0)) for h in hosts)
 
@@ -149,6 +148,26 @@ def merge_plans(fresh, previous, replanned, fleet_hosts, options=None):
         },
     }
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
+
+
+def combine_plans(plans):
+    """One fleet plan from fleet_plan results of disjoint host sets (each
+    host planned with its own settings)."""
+    instances, unused, warnings = [], [], []
+    totals = dict.fromkeys(("hosts", "instances", "gpus", "gpus_used", "gpus_unused"), 0)
+    for plan in plans:
+        _check_plan(plan, "a fleet plan")
+        instances.extend(plan["instances"])
+        unused.extend(plan["unused"])
+        warnings.extend(plan["warnings"])
+        for key in totals:
+            totals[key] += int((plan.get("totals") or {}).get(key, 0))
+    return {
+        "instances": sorted(instances, key=lambda i: (i["host"], i.get("ordinal", 0))),
+        "unused": sorted(unused, key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1)),
+        "warnings": sorted(warnings, key=_host_of_warning),
+        "totals": totals,
+    }
 
 
 def dump_artifact(plan):

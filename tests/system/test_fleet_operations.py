@@ -8,9 +8,11 @@ a staging directory). A run limited to some hosts re-plans only those and
 keeps the others' instances from the plan kept by the last run, so the
 gateway never shrinks; runs that plan nothing (-l gateways, --tags vllm)
 deploy from that plan; an unreachable GPU server drops out and is listed
-at the end while the others deploy.
+at the end while the others deploy. Each server is planned with its own
+placement variables, and a bad one stops the run before anything changes.
 """
 
+import copy
 import json
 import os
 import pathlib
@@ -33,8 +35,10 @@ def fleet(tmp_path_factory):
     inventory = tmp / "inventory"
     shutil.copytree(REPO / "inventories" / "demo" / "group_vars", inventory / "group_vars")
     hosts = yaml.safe_load((REPO / "inventories" / "demo" / "hosts.yml").read_text())
+    # per-host settings: the a6000 runs TP 2 while the fleet runs TP 4
+    hosts["all"]["children"]["gpu_servers"]["hosts"]["demo-a6000-nvlink"]["gpufleet_tp_size"] = 2
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    dead = dict(hosts)
+    dead = copy.deepcopy(hosts)
     dead["all"]["children"]["gpu_servers"]["hosts"]["dead-host"] = {
         # nothing listens on port 1: unreachable at once
         "ansible_host": "127.0.0.9", "ansible_connection": "ssh", "ansible_port": 1,
@@ -68,7 +72,8 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     # One module-long story: each step starts from the state the last left.
     deploy(fleet)
     full = backends(fleet)
-    assert len(full) == 6 and kept_plan(fleet)["totals"]["instances"] == 6
+    assert len(full) == 8 and kept_plan(fleet)["totals"]["instances"] == 8
+    assert kept_plan(fleet)["hosts"]["demo-a6000-nvlink"]["options"]["tp_size"] == 2
 
     # --limit one GPU server and the gateway, with another TP size: only that
     # server is re-planned, the gateway keeps every other server's backends.
@@ -76,7 +81,7 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     assert "re-planned: demo-h100-nvswitch" in out
     assert "kept from %s: demo-a6000-nvlink, demo-rtx4090-pcie" % (fleet["staging"] / "gpufleet-plan.json") in out
     after = backends(fleet)
-    assert len(after) == 8
+    assert len(after) == 10
     assert [b for b in after if "h100" not in b] == [b for b in full if "h100" not in b]
     plan = kept_plan(fleet)
     assert [len(i["gpus"]) for i in plan["instances"] if i["host"] == "demo-h100-nvswitch"] == [2, 2, 2, 2]
@@ -88,11 +93,17 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     # Every tag runs on its own.
     for tag in ("facts", "plan", "vllm", "gateway"):
         deploy(fleet, "--tags", tag)
-    assert len(backends(fleet)) == 6  # --tags plan re-planned every server at tp 4
+    assert len(backends(fleet)) == 8  # --tags plan re-planned every server with its own tp
 
     # An unreachable server: the others deploy, it is listed at the end, and
     # the gateway keeps every reachable server's instances.
     out = deploy(fleet, hosts_file="with-dead.yml", rc=4)
     assert re.search(r"Not deployed in this run .*: dead-host", out)
     assert "never planned (no instances yet): dead-host" in out
-    assert len(backends(fleet)) == 6
+    assert len(backends(fleet)) == 8
+
+    # A bad per-host value fails before anything changes, naming host and variable.
+    before = (fleet["staging"] / "gpufleet-plan.json").read_text()
+    out = deploy(fleet, "-e", "gpufleet_pp_size=0", rc=2)
+    assert "gpufleet_pp_size: must be at least 1 (got 0)" in out
+    assert (fleet["staging"] / "gpufleet-plan.json").read_text() == before

@@ -120,28 +120,64 @@ def test_load_plan_filter_requires_a_kept_plan(facts):
     assert load_plan(plan_artifact_json(merged["plan"]), "p") == merged["plan"]
 
 
-def test_options_are_kept_per_host_with_their_types(facts):
-    options = {"tp_size": "2", "pp_size": 1, "allow_span": "false", "reserved_cpus_per_socket": 1,
-               "exclude_gpus": {"h100": ["0000:18:00.0"]}, "hosts": ["ignored"]}
-    merged = plan_artifact.merge_plans(plan(facts, ["h100", "a6000"], tp_size=2), None, ["h100", "a6000"],
-                                       ["h100", "a6000"], options=options)
+def test_settings_are_kept_per_host_with_their_types(facts):
+    fresh = dict(plan(facts, ["h100", "a6000"], tp_size=2),
+                 settings={"h100": {"tp_size": "2", "allow_span": "false", "exclude_gpus": ["0000:18:00.0"]},
+                           "a6000": {"tp_size": 2, "exclude_gpus": []}})
+    merged = plan_artifact.merge_plans(fresh, None, ["h100", "a6000"], ["h100", "a6000"])
     hosts = merged["plan"]["hosts"]
-    assert hosts["h100"]["options"] == {"tp_size": 2, "pp_size": 1, "allow_span": False,
-                                        "reserved_cpus_per_socket": 1, "exclude_gpus": ["0000:18:00.0"]}
-    assert hosts["a6000"]["options"]["exclude_gpus"] == []
-    # a later run that re-plans only a6000 keeps h100's options as deployed
-    again = plan_artifact.merge_plans(plan(facts, ["a6000"]), merged["plan"], ["a6000"], ["h100", "a6000"],
-                                      options={"tp_size": 4})
+    assert hosts["h100"]["options"] == {"tp_size": 2, "allow_span": False, "exclude_gpus": ["0000:18:00.0"]}
+    # a later run that re-plans only a6000 keeps h100's settings as deployed
+    again = plan_artifact.merge_plans(dict(plan(facts, ["a6000"]), settings={"a6000": {"tp_size": 4}}),
+                                      merged["plan"], ["a6000"], ["h100", "a6000"])
     assert again["plan"]["hosts"]["h100"] == hosts["h100"]
-    assert again["plan"]["hosts"]["a6000"]["options"] == {"tp_size": 4, "exclude_gpus": []}
+    assert again["plan"]["hosts"]["a6000"]["options"] == {"tp_size": 4}
 
 
-def test_audit_replans_a_host_with_the_options_it_was_deployed_with(facts):
-    from ansible_collections.gpufleet.numa.plugins.module_utils import audit
+def _hostvars(facts, **per_host):
+    return dict((h, dict(per_host.get(h, {}), ansible_facts={"numa_topology": facts[h]})) for h in facts)
 
-    merged = plan_artifact.merge_plans(plan(facts, ["h100"], reserved_cpus_per_socket=1), None, ["h100"], ["h100"],
-                                       options={"tp_size": 4, "reserved_cpus_per_socket": 1})
-    instances, options, dummy = audit.deployed_for_host(merged["plan"], "h100")
-    assert len(instances) == 2 and options["reserved_cpus_per_socket"] == 1
-    today = placement.plan_host(facts["h100"], host="h100", **options)
-    assert [g["cpus"] for g in today["groups"]] == [i["cpus"] for i in instances]
+
+def test_fleet_plan_by_host_takes_each_hosts_own_values(facts):
+    from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
+
+    host_vars = _hostvars(facts, h100={"gpufleet_tp_size": 2}, a6000={"gpufleet_tp_size": "4"},
+                          rtx4090={"gpufleet_tp_size": 8, "gpufleet_allow_span": True})
+    result = fleet_plan_by_host(host_vars)
+    sizes = dict((h, sorted(set(len(i["gpus"]) for i in result["instances"] if i["host"] == h))) for h in facts)
+    assert sizes == {"h100": [2], "a6000": [4], "rtx4090": [8]}
+    assert result["settings"]["a6000"]["tp_size"] == 4 and result["settings"]["rtx4090"]["allow_span"] is True
+    assert result["totals"] == {"hosts": 3, "instances": 7, "gpus": 24, "gpus_used": 24, "gpus_unused": 0}
+    # the same as planning each host alone with its values
+    alone = placement.plan_fleet({"h100": facts["h100"]}, tp_size=2)
+    assert [i for i in result["instances"] if i["host"] == "h100"] == alone["instances"]
+    # and what the audit replans with
+    merged = plan_artifact.merge_plans(result, None, sorted(facts), sorted(facts))
+    instances, options, dummy = __import__(
+        "ansible_collections.gpufleet.numa.plugins.module_utils.audit", fromlist=["audit"]).deployed_for_host(
+        merged["plan"], "h100")
+    assert options["tp_size"] == 2 and len(instances) == 4
+
+
+@pytest.mark.parametrize("variables,message", [
+    ({"gpufleet_tp_size": 0}, "host h100: gpufleet_tp_size: must be at least 1 (got 0)"),
+    ({"gpufleet_tp_size": "four"}, "host h100: gpufleet_tp_size: must be an integer (got 'four')"),
+    ({"gpufleet_pp_size": True}, "host h100: gpufleet_pp_size: must be an integer, not a boolean"),
+    ({"gpufleet_allow_span": "maybe"}, "host h100: gpufleet_allow_span: must be a boolean"),
+    ({"gpufleet_base_port": 70000}, "host h100: gpufleet_base_port: must be at most 65535"),
+    ({"gpufleet_exclude_gpus": "0000:18:00.0"}, "host h100: gpufleet_exclude_gpus: must be a list"),
+    ({"gpufleet_reserved_cpus_per_socket": -1}, "host h100: gpufleet_reserved_cpus_per_socket: must be at least 0"),
+])
+def test_fleet_plan_by_host_names_host_and_variable(facts, variables, message):
+    from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
+
+    with pytest.raises(AnsibleFilterError) as info:
+        fleet_plan_by_host(_hostvars({"h100": facts["h100"]}, h100=variables))
+    assert message in str(info.value)
+
+
+def test_fleet_plan_by_host_without_facts_names_the_host(facts):
+    from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
+
+    with pytest.raises(AnsibleFilterError, match="host gpu-x: no topology facts"):
+        fleet_plan_by_host({"gpu-x": {}})

@@ -1,0 +1,79 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Each GPU server's own placement settings, read from its inventory variables.
+
+`gpufleet_tp_size` and the other `gpufleet_*` placement variables may
+differ per host or group (docs/deploy.md). host_settings() reads them for
+every host to plan, checks them, and returns host -> fleet_plan options, so
+that the planner takes each host's own values instead of one host's.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
+
+# option -> (inventory variable, default, kind)
+SETTINGS = (
+    ("tp_size", "gpufleet_tp_size", 1, "positive"),
+    ("pp_size", "gpufleet_pp_size", 1, "positive"),
+    ("allow_span", "gpufleet_allow_span", False, "bool"),
+    ("reserved_cpus_per_socket", "gpufleet_reserved_cpus_per_socket", 0, "count"),
+    ("exclude_gpus", "gpufleet_exclude_gpus", (), "gpus"),
+    ("max_instances_per_host", "gpufleet_max_instances_per_host", None, "positive_or_none"),
+    ("base_port", "gpufleet_base_port", 8000, "port"),
+    ("port_stride", "gpufleet_port_stride", 1, "positive"),
+    ("dist_port_base", "gpufleet_dist_port_base", 29000, "port"),
+    ("dist_port_stride", "gpufleet_dist_port_stride", 100, "positive"),
+)
+
+
+def _check(kind, name, value, host):
+    if kind == "positive":
+        return value_checks.integer(name, value, minimum=1)
+    if kind == "positive_or_none":
+        return None if value is None else value_checks.integer(name, value, minimum=1)
+    if kind == "count":
+        return value_checks.integer(name, value, minimum=0)
+    if kind == "port":
+        return value_checks.port(name, value)
+    if kind == "bool":
+        return value_checks.boolean(name, value)
+    # exclude_gpus: a list of bus ids / UUIDs, or a mapping host -> list
+    if isinstance(value, dict):
+        value = value.get(host) or []
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        value_checks.fail(name, "must be a list of PCI bus ids or UUIDs (or a mapping host -> list)", value)
+    return [value_checks.text("%s[%d]" % (name, i), item) for i, item in enumerate(value)]
+
+
+def host_settings(host_vars, hosts):
+    """host -> fleet_plan options from each host's gpufleet_* variables.
+
+    host_vars: mapping host -> its variables (hostvars). A bad value raises
+    ValueError naming the host, the variable and the rule.
+    """
+    out = {}
+    for host in hosts:
+        variables = host_vars[host]
+        options = {}
+        for option, variable, default, kind in SETTINGS:
+            value = variables.get(variable, default) if hasattr(variables, "get") else default
+            if value is None and kind != "positive_or_none":
+                value = default
+            try:
+                options[option] = _check(kind, variable, value, host)
+            except ValueError as exc:
+                raise ValueError("host %s: %s" % (host, exc))
+        out[str(host)] = options
+    return out
+
+
+def plan_groups(settings):
+    """Hosts grouped by identical settings, in a stable order: one fleet_plan
+    call per group gives every host its own values."""
+    groups = {}
+    for host in sorted(settings):
+        key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(settings[host].items()))
+        groups.setdefault(key, []).append(host)
+    return [(dict(settings[hosts[0]]), hosts) for dummy, hosts in sorted(groups.items(), key=lambda kv: kv[1][0])]
