@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
     parse_cpulist,
 )
 from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import excerpt
 
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
@@ -53,8 +54,9 @@ NIC_VENDORS = {
     "0x1002": "amd",
     "0x1022": "amd",
 }
-_NODE_NAME = re.compile(r"^node(\d+)$")
-_CPU_NAME = re.compile(r"^cpu(\d+)$")
+_NODE_NAME = re.compile(r"^node(\d{1,9})$", re.ASCII)
+_CPU_NAME = re.compile(r"^cpu(\d{1,9})$", re.ASCII)
+_KFD_NODE = re.compile(r"^\d{1,9}$", re.ASCII)
 _HOST_BRIDGE = re.compile(r"^pci([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2})$")
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _MEMTOTAL = re.compile(r"MemTotal:\s*(\d+)\s*kB")
@@ -108,7 +110,7 @@ def numa_nodes(reader, warnings, online_cpus=None):
                 distances = dict(zip(ids, (int(v) for v in values)))
             else:
                 warnings.append(
-                    "%s/distance %r does not hold one distance per node (%d nodes)" % (base, row.strip(), len(ids))
+                    "%s/distance %s does not hold one distance per node (%d nodes)" % (base, excerpt(row.strip()), len(ids))
                 )
         nodes.append({
             "id": node_id,
@@ -226,7 +228,7 @@ def _locality(reader, base, bus_id, kind, nodes, warnings):
     raw = _strip(reader.read(base + "/numa_node"))
     node = _int_or_none(raw)
     if raw is not None and node is None:
-        warnings.append("%s/numa_node %r is not a number" % (base, raw))
+        warnings.append("%s/numa_node %s is not a number" % (base, excerpt(raw)))
     reported = None
     if node is not None and node < 0:
         reported = raw
@@ -245,7 +247,12 @@ def pci_devices(reader, nodes, warnings):
         except ValueError:
             continue
         base = "%s/%s" % (PCI_DIR, entry)
-        pci_class = (_strip(reader.read(base + "/class")) or "").lower()
+        pci_class = _strip(reader.read(base + "/class"))
+        if pci_class is None:
+            warnings.append("%s/class cannot be read: PCI device %s is not classified (a GPU or NIC there "
+                            "is left out)" % (base, bus_id))
+            continue
+        pci_class = pci_class.lower()
         vendor_id = (_strip(reader.read(base + "/vendor")) or "").lower()
         prefix = pci_class[:6]
         if prefix in GPU_CLASSES and vendor_id in GPU_VENDORS:
@@ -349,7 +356,7 @@ def kfd_gpu_nodes(reader):
     CUDA_VISIBLE_DEVICES on ROCm. CPU nodes (no SIMDs) are skipped.
     """
     found = []
-    nodes = sorted(int(n) for n in reader.listdir(KFD_NODES) or [] if n.isdigit())
+    nodes = sorted(int(n) for n in reader.listdir(KFD_NODES) or [] if _KFD_NODE.match(n))
     for node in nodes:
         props = _properties(reader.read("%s/%d/properties" % (KFD_NODES, node)))
         location = props.get("location_id")
