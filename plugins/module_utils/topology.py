@@ -25,6 +25,8 @@ import socket
 from ansible_collections.gpufleet.numa.plugins.module_utils import nvidia_smi, nvml, sysfs
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
+    CAPTURE_MAX_BYTES,
+    COMMAND_TIMEOUT,
     CaptureReader,
     LiveReader,
     RecordingReader,
@@ -34,10 +36,6 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader impo
 SCHEMA_VERSION = 1
 _IDENTITY_FIELDS = ("uuid", "name", "memory_mb", "mig_mode")
 _PCIE_KEYS = ("current_speed", "max_speed", "current_width", "max_width")
-
-
-def empty_partial():
-    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": []}
 
 
 def _partial_key(gpu):
@@ -167,7 +165,7 @@ def _numa_nodes_from_partials(partials):
     ]
 
 
-def _resolve_numa(record, gid, nodes, warnings):
+def _resolve_numa(record, gid, nodes, warnings, cpu_sets=None):
     numa = record["numa"]
     node = numa[0][1] if numa else None
     others = [(s, n) for s, n in numa if n != node]
@@ -180,7 +178,7 @@ def _resolve_numa(record, gid, nodes, warnings):
     reported = record["numa_reported"]
     if node is None and cpus:
         try:
-            guess = sysfs.node_for_cpus(parse_cpulist(cpus), nodes)
+            guess = sysfs.node_for_cpus(parse_cpulist(cpus), nodes, cpu_sets)
         except ValueError:
             guess = None
         if guess is not None:
@@ -262,9 +260,10 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
     node_ids = [n["id"] for n in nodes]
 
     gpus = []
+    cpu_sets = sysfs.node_cpu_sets(nodes)
     for record in sorted(table.records, key=_sort_key):
         gid = _record_id(record)
-        node, cpus = _resolve_numa(record, gid, nodes, warnings)
+        node, cpus = _resolve_numa(record, gid, nodes, warnings, cpu_sets)
         pcie = record["pcie"] or {}
         gpu = {
             "id": gid,
@@ -366,12 +365,16 @@ def gather(reader, pynvml=None, use_nvml=True, use_nvidia_smi=True, hostname=Non
 
 
 def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi", pynvml=None,
-                use_nvml=True, record=False, hostname=None):
+                use_nvml=True, record=False, hostname=None, timeout=COMMAND_TIMEOUT):
     """Facts of the running machine; with record=True also its capture.
 
-    Returns (facts, capture or None).
+    timeout: seconds each nvidia-smi call may run; one that does not
+    answer in time is killed and reported in the warnings.
+    Returns (facts, capture or None). Raises ValueError when root is not
+    an existing directory.
     """
-    reader = LiveReader(root=root, runner=runner, which=which, binaries={"nvidia-smi": nvidia_smi_binary})
+    reader = LiveReader(root=root, runner=runner, which=which, binaries={"nvidia-smi": nvidia_smi_binary},
+                        timeout=timeout)
     hostname = hostname or socket.gethostname()
     if record:
         recorder = RecordingReader(reader, hostname=hostname)
@@ -382,13 +385,15 @@ def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi
     return facts, None
 
 
-def facts_from_capture(capture, hostname=None):
-    """Facts from a capture (a dict, a file path or YAML/JSON text).
+def facts_from_capture(capture, hostname=None, max_bytes=CAPTURE_MAX_BYTES):
+    """Facts from a capture (a dict, a file path or YAML/JSON text, or the
+    plain output of nvidia-smi topo -m).
 
     Raises ValueError naming the capture and the problem when it is not a
-    valid capture. hostname overrides the capture's own.
+    valid capture (or larger than max_bytes). hostname overrides the
+    capture's own.
     """
-    data = load_capture(capture)
+    data = load_capture(capture, max_bytes=max_bytes)
     reader = CaptureReader(data)
     facts = gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
     return facts

@@ -70,16 +70,18 @@ EXCERPT_CHARS = 80
 _TOPO_HEADER = re.compile(r"^[ \t]*GPU0\b[^\n]*CPU Affinity", re.MULTILINE)
 
 
-def excerpt(text, limit=EXCERPT_CHARS):
+def excerpt(text, limit=EXCERPT_CHARS, quote=True):
     """A value read from a file or command, fit for a message: at most
     `limit` characters, quoted and escaped (repr), "..." when cut. Values
-    that are not strings are shown by their repr, cut the same way."""
+    that are not strings are shown by their repr, cut the same way.
+    quote=False leaves the quotes off (still escaped)."""
     if not isinstance(text, str):
         shown = repr(text)
         return shown if len(shown) <= limit else shown[:limit] + "..."
-    if len(text) <= limit:
-        return repr(text)
-    return repr(text[:limit]) + "..."
+    shown = repr(text[:limit])
+    if not quote:
+        shown = shown[1:-1]
+    return shown if len(text) <= limit else shown + "..."
 
 
 class Reader(object):
@@ -615,7 +617,7 @@ def validate_capture(data, name="<capture>"):
     if unknown:
         raise ValueError(
             "capture %s has unknown keys %s (known: %s)"
-            % (name, excerpt(", ".join(unknown))[1:-1], ", ".join(CAPTURE_KEYS))
+            % (name, excerpt(", ".join(unknown), quote=False), ", ".join(CAPTURE_KEYS))
         )
     if "capture_version" not in data:
         raise ValueError("capture %s has no capture_version (expected %d)" % (name, CAPTURE_VERSION))
