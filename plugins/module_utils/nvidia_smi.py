@@ -52,6 +52,7 @@ _CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$", re.ASCII)
 _AFFINITY_TITLES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 MAX_WARNINGS = 200  # a damaged 1,000-GPU matrix must not give a million
+_UNSEEN = object()
 
 
 def empty_partial(warnings=None, error=None):
@@ -151,9 +152,22 @@ def _split_nv_from_cpulist(cell, rest):
     return cell, rest
 
 
-def _read_cells(tokens, count):
+def _read_cells(tokens, count, whole=None):
     """Take up to `count` link cells from the left of `tokens`, splitting
-    merged tokens; return (cells, remaining tokens)."""
+    merged tokens; return (cells, remaining tokens). whole: a dict the
+    caller keeps, token -> whether it is exactly one cell."""
+    if whole is not None and len(tokens) >= count:
+        # The common case, a clean row: each of the first `count` tokens
+        # is one cell (checked once per distinct token).
+        for token in tokens[:count]:
+            known = whole.get(token)
+            if known is None:
+                match = _CELL_SCAN.match(token)
+                known = whole[token] = bool(match) and match.end() == len(token)
+            if not known:
+                break
+        else:
+            return tokens[:count], tokens[count:]
     cells = []
     at, pos = 0, 0  # token index, position in that token: no copies
     tokens = list(tokens)
@@ -258,6 +272,7 @@ def _parse_topo_matrix(text):
         warnings.append("nvidia-smi topo -m: repeated column names in the header")
     nic_names = {}
     rows = {}
+    whole = {}
     for line in lines[header_at + 1:]:
         legend = _NIC_LEGEND.match(line)
         if legend:
@@ -266,7 +281,7 @@ def _parse_topo_matrix(text):
         label, rest = _split_label(line)
         if label is None or label not in column or label in rows:
             continue
-        cells, remaining = _read_cells(rest.split(), len(devices))
+        cells, remaining = _read_cells(rest.split(), len(devices), whole)
         if len(cells) != len(devices):
             warnings.append(
                 "nvidia-smi topo -m: row %s has %d of %d link cells; its links were not read"
@@ -318,31 +333,44 @@ def _parse_topo_matrix(text):
             node_cpus.setdefault(gpu["numa_node"], set()).update(parse_cpulist(gpu["local_cpus"]))
         partial["gpus"].append(gpu)
 
-    links = {}
+    # Each row's own cells first, then the two directions of every pair
+    # reconciled (a damaged matrix may disagree: the worse wins, with a
+    # warning). Two passes over the cells, a dict lookup each.
+    value_of = {}  # cell -> link class or None, computed once per distinct cell
+    gpu_columns = [(b, column[b]) for b in gpu_labels]
+    direct = {}
+    order = dict((label, i) for i, label in enumerate(gpu_labels))
     for a in gpu_labels:
         cells = rows.get(a, (None, None))[0]
         if cells is None:
             continue
-        for b in gpu_labels:
-            if a == b:
-                continue
-            cell = cells[column[b]]
-            value = _link_value(cell)
-            if value is None:
-                if cell != "N/A":
-                    warnings.append("nvidia-smi topo -m: %s-%s has cell %s" % (a, b, excerpt(cell)))
-                continue
-            for x, y in ((a, b), (b, a)):
-                old = links.setdefault(x, {}).get(y)
-                if old is not None and old != value:
-                    if x == a:
-                        warnings.append(
-                            "nvidia-smi topo -m: %s-%s reads %s one way and %s the other; using the worse"
-                            % (a, b, value, old)
-                        )
-                    links[x][y] = worse_link(old, value)
-                else:
-                    links[x][y] = value
+        row = direct[a] = {}
+        for b, position in gpu_columns:
+            cell = cells[position]
+            value = value_of.get(cell, _UNSEEN)
+            if value is _UNSEEN:
+                value = value_of[cell] = _link_value(cell)
+            if value is not None:
+                row[b] = value
+            elif b != a and cell != "N/A":
+                warnings.append("nvidia-smi topo -m: %s-%s has cell %s" % (a, b, excerpt(cell)))
+        row.pop(a, None)
+    links = dict((a, dict(row)) for a, row in direct.items() if row)
+    for a, row in direct.items():
+        for b, value in row.items():
+            back = links.get(b)
+            if back is None:
+                back = links[b] = {}
+            old = back.get(a)
+            if old is None:
+                back[a] = value
+            elif old != value:
+                back[a] = worse_link(old, value)
+                if order[b] < order[a]:  # once per pair, from the later row
+                    warnings.append(
+                        "nvidia-smi topo -m: %s-%s reads %s one way and %s the other; using the worse"
+                        % (a, b, value, old)
+                    )
     partial["links"] = links
     partial["numa_nodes"] = [
         {"id": node, "cpus": format_cpulist(cpus)} for node, cpus in sorted(node_cpus.items())

@@ -136,16 +136,21 @@ def _record_id(record):
 
 
 def _merge_links(links, partial_links, table, source, warnings):
+    # Work per link is two dict lookups: a 1,000-GPU matrix has a million.
+    ids = dict((key, (id(record), _record_id(record))) for key, record in table.by_key.items())
     for key_a, row in (partial_links or {}).items():
-        rec_a = table.by_key.get(key_a)
+        rec_a = ids.get(key_a)
         if rec_a is None:
             warnings.append("%s: link row for unknown GPU %s ignored" % (source, key_a))
             continue
+        out = None
         for key_b, cls in (row or {}).items():
-            rec_b = table.by_key.get(key_b)
-            if rec_b is None or rec_b is rec_a or not cls:
+            rec_b = ids.get(key_b)
+            if rec_b is None or rec_b[0] == rec_a[0] or not cls:
                 continue
-            links.setdefault(_record_id(rec_a), {})[_record_id(rec_b)] = cls
+            if out is None:
+                out = links.setdefault(rec_a[1], {})
+            out[rec_b[1]] = cls
 
 
 def _numa_nodes_from_partials(partials):

@@ -230,6 +230,7 @@ class LiveReader(Reader):
         todo.reverse()
         stack = []
         hops = 0
+        absolute = None  # the last absolute symlink target followed
         while todo:
             part = todo.pop()
             if part == ".":
@@ -243,6 +244,9 @@ class LiveReader(Reader):
             try:
                 info = os.lstat(host)
             except (OSError, ValueError):
+                if absolute is not None:
+                    raise _Refused("symlink to %s: taken below the root %s, where it does not exist; not read"
+                                   % (excerpt(absolute), self.root))
                 return None
             if stat.S_ISLNK(info.st_mode) and (todo or follow_last):
                 hops += 1
@@ -254,6 +258,7 @@ class LiveReader(Reader):
                     return None
                 if target.startswith("/"):
                     stack = []  # relative to the root, not to this machine's /
+                    absolute = target
                 todo.extend(reversed([p for p in target.split("/") if p]))
                 continue
             stack.append(part)
