@@ -437,7 +437,7 @@ def _parse(raw):
     for entry in topology if isinstance(topology, list) else []:
         entry = _mapping(entry)
         a, b, level = entry.get("a"), entry.get("b"), entry.get("level")
-        if a in keys and b in keys:
+        if isinstance(a, int) and isinstance(b, int) and a in keys and b in keys:
             levels[frozenset((keys[a], keys[b]))] = level
 
     links = {}
