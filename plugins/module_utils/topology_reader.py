@@ -162,7 +162,7 @@ def _default_runner(argv, timeout=COMMAND_TIMEOUT):
         except OSError:
             proc.kill()
         proc.communicate()
-        raise CommandTimeout("no answer within %s s; killed" % timeout)
+        raise CommandTimeout("no answer within %s s (nvidia_smi_timeout); killed" % timeout)
     return (
         proc.returncode,
         out.decode("utf-8", "replace"),
@@ -350,7 +350,7 @@ class LiveReader(Reader):
                 rc, out, err = self._runner([binary] + argv[1:])
         except CommandTimeout as exc:
             self._timed_out.add(name)
-            self.errors.append("%s: %s (timeout %s s)" % (command, exc, self.timeout))
+            self.errors.append("%s: %s" % (command, exc))
             return None
         except Exception as exc:  # a runner must not take the module down
             self.errors.append("%s: %s" % (command, excerpt(exc, 200)))
