@@ -294,11 +294,17 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
     for source, partial in reversed(ordered):
         if partial:
             _merge_links(links, partial.get("links"), table, source.split()[0], warnings)
+    # Both directions, then rows and columns in GPU order. Plain loops and
+    # comprehensions: a 1,000-GPU host has a million links.
     for a, row in list(links.items()):
         for b, cls in row.items():
-            links.setdefault(b, {}).setdefault(a, cls)
+            back = links.get(b)
+            if back is None:
+                links[b] = {a: cls}
+            elif a not in back:
+                back[a] = cls
     ids = [g["id"] for g in gpus]
-    links = dict((a, dict((b, links[a][b]) for b in ids if b in links.get(a, {}))) for a in ids if links.get(a))
+    links = {a: {b: links[a][b] for b in ids if b in links[a]} for a in ids if links.get(a)}
 
     nics = []
     for nic in sys_part.get("nics") or []:
