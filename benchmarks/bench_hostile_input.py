@@ -8,7 +8,8 @@ that imports the collection and then calls what the action plugin calls
 (`facts_from_capture(path, max_bytes=...)`, which loads, validates and
 assembles); the parent takes the child's peak resident memory from
 wait4's rusage (ru_maxrss) and the child reports the wall and CPU time of
-the call alone (CPU time is the steadier figure on a shared machine). The `baseline` case imports and does nothing: its peak is what the
+the call alone (CPU time is the steadier figure on a shared machine). The
+`baseline` case imports and does nothing: its peak is what the
 interpreter and imports cost before any input is read. Target: each case
 under 2 s and 200 MB.
 
@@ -70,7 +71,8 @@ def write_cases(workdir):
     text = matrix(1000)
     put("matrix_1000_default_cap", text, None, "1,000-GPU topo -m text, %d bytes, default cap" % len(text))
     put("matrix_1000_text", text, 8 << 20, "1,000-GPU topo -m text file, capture_max_bytes=8 MiB")
-    pasted = "capture_version: 1\ncommands:\n  %s: |\n" % TOPO + "".join("    " + line + "\n" for line in text.splitlines())
+    pasted = "capture_version: 1\ncommands:\n  %s: |\n" % TOPO
+    pasted += "".join("    " + line + "\n" for line in text.splitlines())
     put("matrix_1000_pasted_yaml", pasted, 8 << 20,
         "the same pasted in a YAML block with tabs (pure Python loader), %d bytes" % len(pasted))
     cases["dev_zero"] = ("/dev/zero", None, "/dev/zero as capture")

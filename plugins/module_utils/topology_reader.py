@@ -56,6 +56,9 @@ CAPTURE_KEYS = (
     "synthetic",
 )
 _MAX_SYMLINK_HOPS = 40
+_MAX_PATH_CHARS = 4096  # PATH_MAX: longer paths and link targets are refused
+_MAX_PATH_PARTS = 1024  # components walked while resolving one path
+_MAX_PATH_DEPTH = 64  # directories in a captured path (sysfs needs about 15)
 C_LOCALE = {"LANG": "C", "LC_ALL": "C", "LC_MESSAGES": "C"}
 
 # Hostile-input limits (docs/numa_facts.md "Limits").
@@ -105,33 +108,40 @@ class Reader(object):
         return None
 
     def realpath(self, path):
+        """None when not absolute, on a symlink loop, or past
+        _MAX_PATH_PARTS components (a forged capture's link targets)."""
         path = posixpath.normpath(path)
         if not path.startswith("/"):
             return None
         hops = 0
-        parts = [p for p in path.split("/") if p]
-        resolved = "/"
-        while parts:
-            part = parts.pop(0)
+        todo = [p for p in reversed(path.split("/")) if p]  # next component last
+        stack = []
+        steps = 0
+        while todo:
+            steps += 1
+            if steps > _MAX_PATH_PARTS:
+                return None
+            part = todo.pop()
             if part == ".":
                 continue
             if part == "..":
-                resolved = posixpath.dirname(resolved) or "/"
+                if stack:
+                    stack.pop()
                 continue
-            candidate = posixpath.join(resolved, part)
+            candidate = "/" + "/".join(stack + [part])
             target = self.readlink(candidate)
             if target is None:
-                resolved = candidate
+                stack.append(part)
                 continue
             hops += 1
-            if hops > _MAX_SYMLINK_HOPS:
+            if hops > _MAX_SYMLINK_HOPS or len(target) > _MAX_PATH_CHARS:
                 return None
             if target.startswith("/"):
-                resolved = "/"
+                stack = []
             # A relative target is relative to the link's directory, which
-            # is what `resolved` holds at this point.
-            parts = [p for p in target.split("/") if p] + parts
-        return resolved
+            # is what `stack` holds at this point.
+            todo.extend(p for p in reversed(target.split("/")) if p)
+        return "/" + "/".join(stack)
 
 
 class CommandTimeout(Exception):
@@ -641,6 +651,10 @@ def validate_capture(data, name="<capture>"):
         for path, value in section.items():
             if not isinstance(path, str) or (value is not None and not isinstance(value, (str, int, float))):
                 raise ValueError("capture %s: %s entry %s must map a string to text" % (name, key, excerpt(path)))
+            if key != "commands" and (len(path) > _MAX_PATH_CHARS or path.count("/") > _MAX_PATH_DEPTH
+                                      or (key == "symlinks" and len(str(value)) > _MAX_PATH_CHARS)):
+                raise ValueError("capture %s: %s entry %s is longer than %d characters or deeper than %d "
+                                 "directories" % (name, key, excerpt(path), _MAX_PATH_CHARS, _MAX_PATH_DEPTH))
     directories = data.get("directories")
     if directories is not None:
         if not isinstance(directories, dict):
@@ -648,6 +662,9 @@ def validate_capture(data, name="<capture>"):
         for path, names in directories.items():
             if not isinstance(names, list):
                 raise ValueError("capture %s: directories entry %s must be a list of names" % (name, excerpt(path)))
+            if not isinstance(path, str) or len(path) > _MAX_PATH_CHARS or path.count("/") > _MAX_PATH_DEPTH:
+                raise ValueError("capture %s: directories entry %s must be a path of at most %d characters "
+                                 "and %d directories" % (name, excerpt(path), _MAX_PATH_CHARS, _MAX_PATH_DEPTH))
     if data.get("nvml") is not None and not isinstance(data["nvml"], dict):
         raise ValueError("capture %s: nvml must be a mapping" % name)
     if data.get("hostname") is not None and not isinstance(data["hostname"], str):

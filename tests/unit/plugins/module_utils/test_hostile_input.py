@@ -401,3 +401,28 @@ def test_root_tree_without_probes_reads_clean(tmp_path):
     assert [n["cpus"] for n in facts["numa_nodes"]] == ["0-1", "2-3"]
     assert stat.S_ISDIR(os.stat(str(tmp_path / "root")).st_mode)
     assert sysfs.collect(LiveReader(root=str(tmp_path / "root")))["found"] is True
+
+
+@pytest.mark.parametrize("section, path", [
+    ("files", "/b/" + "a/" * 100 + "x"),
+    ("files", "/" + "x" * 5000),
+    ("directories", "/" + "d/" * 100),
+])
+def test_capture_paths_deeper_or_longer_than_path_max_are_refused(section, path):
+    capture = {"capture_version": 1, section: {path: ["x"] if section == "directories" else "1"}}
+    with pytest.raises(ValueError, match=r"capture <capture>: %s entry '/.*'\.\.\. " % section):
+        load_capture(capture)
+
+
+def test_capture_symlink_chains_resolve_in_bounded_steps():
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CaptureReader
+
+    # Thirty links of 1,300 components each: within the hop limit, but
+    # walking them for every read would grow with the square of the
+    # capture. Past 1,024 components the path is unknown instead.
+    links = dict(("/s/l%d" % i, "../" * 1300 + "s/l%d" % (i + 1)) for i in range(30))
+    links["/s/m"] = "../../s/l30"
+    reader = CaptureReader(load_capture({"capture_version": 1, "symlinks": links, "files": {"/s/l30/x": "1"}}))
+    assert reader.realpath("/s/l0/x") is None
+    assert reader.read("/s/l0/x") is None
+    assert reader.realpath("/s/m/x") == "/s/l30/x"  # a short link still resolves
