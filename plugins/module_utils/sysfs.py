@@ -241,7 +241,7 @@ def _locality(reader, base, bus_id, kind, nodes, warnings, cpu_sets=None):
         warnings.append("%s/numa_node %s is not a number" % (base, excerpt(raw)))
     reported = None
     if node is not None and node < 0:
-        reported = raw
+        reported = raw if len(raw) <= 20 else raw[:20] + "..."
         node = node_for_cpus(local or [], nodes, cpu_sets) if kind == "NIC" else None
     elif node is not None and nodes and node not in [n["id"] for n in nodes]:
         warnings.append("%s %s reports numa_node %d, which is not a NUMA node here" % (kind, bus_id, node))
@@ -268,8 +268,10 @@ def pci_devices(reader, nodes, warnings):
         prefix = pci_class[:6]
         if prefix in GPU_CLASSES and vendor_id in GPU_VENDORS:
             if len(gpus) >= MAX_GPUS:
-                warnings.append("%s: more than %d GPUs; the rest is not read" % (PCI_DIR, MAX_GPUS))
-                break
+                line = "%s: more than %d GPUs; the rest is not read" % (PCI_DIR, MAX_GPUS)
+                if line not in warnings:
+                    warnings.append(line)
+                continue
             node, local_cpus, reported = _locality(reader, base, bus_id, "GPU", nodes, warnings)
             gpus.append({
                 "index": None,
