@@ -637,7 +637,7 @@ def validate_capture(data, name="<capture>"):
     if "capture_version" not in data:
         raise ValueError("capture %s has no capture_version (expected %d)" % (name, CAPTURE_VERSION))
     version = data["capture_version"]
-    if type(version) is not int or version != CAPTURE_VERSION:  # noqa: E721 - true is no version
+    if isinstance(version, bool) or not isinstance(version, int) or version != CAPTURE_VERSION:  # true is no version
         raise ValueError(
             "capture %s has capture_version %s; this collection reads version %d (the integer)"
             % (name, excerpt(version), CAPTURE_VERSION)
@@ -716,7 +716,7 @@ def load_capture(path_or_text, name=None, max_bytes=CAPTURE_MAX_BYTES):
         return validate_capture(path_or_text, name or "<capture>")
     if not isinstance(path_or_text, str):
         raise ValueError("capture must be a path, text or mapping, got %s" % type(path_or_text).__name__)
-    if type(max_bytes) is not int or max_bytes < 1:  # noqa: E721
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise ValueError("capture_max_bytes must be a positive integer, got %s" % excerpt(max_bytes))
     text = path_or_text
     if "\n" not in text and not text.lstrip().startswith("{"):
