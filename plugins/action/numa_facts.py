@@ -17,12 +17,28 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture, summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CAPTURE_MAX_BYTES, load_capture
+
+
+def _max_bytes(value):
+    """capture_max_bytes as an int (task arguments may arrive as text)."""
+    if value is None:
+        return CAPTURE_MAX_BYTES
+    if isinstance(value, bool):
+        raise ValueError("capture_max_bytes must be a positive integer, got %r" % (value,))
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError("capture_max_bytes must be a positive integer, got %r" % (str(value)[:40],))
+    if number < 1:
+        raise ValueError("capture_max_bytes must be a positive integer, got %d" % number)
+    return number
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("root", "record", "capture", "nvml", "nvidia_smi"))
+    _VALID_ARGS = frozenset(("root", "record", "capture", "capture_max_bytes", "nvml", "nvidia_smi",
+                             "nvidia_smi_timeout"))
 
     def _resolve_capture(self, capture):
         """Absolute path of the capture file on the controller, or None."""
@@ -58,7 +74,11 @@ class ActionModule(ActionBase):
                 % (capture, os.getcwd()),
             )
         try:
-            data = load_capture(path)
+            max_bytes = _max_bytes(self._task.args.get("capture_max_bytes"))
+        except ValueError as exc:
+            return dict(result, failed=True, msg=to_text(exc))
+        try:
+            data = load_capture(path, max_bytes=max_bytes)
             hostname = data.get("hostname") or task_vars.get("inventory_hostname")
             facts = facts_from_capture(data, hostname=hostname)
         except ValueError as exc:
@@ -69,4 +89,7 @@ class ActionModule(ActionBase):
             summary=summary(facts),
             capture_file=path,
         )
+        if facts["warnings"]:
+            # Shown as [WARNING] lines, like the module's own on a live host.
+            result["warnings"] = list(result.get("warnings") or []) + list(facts["warnings"])
         return result

@@ -4,9 +4,13 @@
 """Parsers for nvidia-smi output: the `topo -m` matrix and `--query-gpu` CSV.
 
 Both return the partial dict every topology source returns (see
-docs/facts.md): `gpus`, `links`, `numa_nodes`, `warnings`, always all keys,
-explicit None for what the source does not say. They never raise: text that
-cannot be read gives an empty partial and a warning that says why.
+docs/facts.md): `gpus`, `links`, `numa_nodes`, `warnings`, `error`, always
+all keys, explicit None for what the source does not say. They never raise:
+text that cannot be read gives an empty partial and a warning that says
+why; `error` is None unless the parser itself failed (a bug), and then
+names the exception. Work is linear in the size of the text, values quoted
+in warnings are cut (topology_reader.excerpt), and at most MAX_WARNINGS
+warnings are kept.
 
 `nvidia-smi topo -m` is read the way people paste it into bug reports:
 tabs or spaces, indentation, NIC columns, a legend, `N/A` cells, and rows
@@ -24,7 +28,8 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
     format_cpulist,
     parse_cpulist,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.pci import MAX_GPUS, is_link_class, normalize_bus_id, worse_link
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import excerpt
 
 __metaclass__ = type
 
@@ -36,22 +41,37 @@ QUERY_COMMAND = (
 
 # Device column names nvidia-smi prints: GPUs, NICs (new drivers name them
 # NIC<n> with a legend, old ones print the RDMA device name itself).
-_DEVICE = r"GPU\d+|NIC\d+|mlx\d+_[a-z]*\d+|hfi\d+_\d+|bnxt_re\d+|irdma\d+|qedr\d+|efa_?\d+"
-_DEVICE_RE = re.compile(r"^(?:%s)$" % _DEVICE)
-_DEVICE_SCAN = re.compile(_DEVICE)
+_DEVICE = (r"GPU\d{1,6}|NIC\d{1,6}|mlx\d{1,6}_[a-z]*\d{1,6}|hfi\d{1,6}_\d{1,6}|bnxt_re\d{1,6}|irdma\d{1,6}"
+           r"|qedr\d{1,6}|efa_?\d{1,6}")
+_DEVICE_RE = re.compile(r"^(?:%s)$" % _DEVICE, re.ASCII)
+_DEVICE_SCAN = re.compile(_DEVICE, re.ASCII)
+_LABEL = re.compile(r"^(%s)" % _DEVICE, re.ASCII)
 # One matrix cell, matched at the start of a (possibly merged) token.
-_CELL_SCAN = re.compile(r"X|NV\d+|NODE|SYS|SOC|PHB|PXB|PIX|N/A")
-_LINK_VALUE = re.compile(r"^(?:NV\d+|NODE|SYS|SOC|PHB|PXB|PIX)$")
-_CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+_CELL_SCAN = re.compile(r"X|NV\d+|NODE|SYS|SOC|PHB|PXB|PIX|N/A", re.ASCII)
+_CPULIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$", re.ASCII)
 _AFFINITY_TITLES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-# nvidia-smi's order, worst last; SOC is what drivers before ~2017 called SYS.
-_PCIE_ORDER = ("PIX", "PXB", "PHB", "NODE", "SYS")
+MAX_WARNINGS = 200  # a damaged 1,000-GPU matrix must not give a million
+_UNSEEN = object()
 
 
-def empty_partial(warnings=None):
+def empty_partial(warnings=None, error=None):
     """The partial with nothing known."""
-    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": list(warnings or [])}
+    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": list(warnings or []), "error": error}
+
+
+def _bounded(warnings, what):
+    """At most MAX_WARNINGS warnings, and a line saying how many were left out."""
+    if len(warnings) <= MAX_WARNINGS:
+        return warnings
+    return warnings[:MAX_WARNINGS] + ["%s: %d more warnings not shown" % (what, len(warnings) - MAX_WARNINGS)]
+
+
+def _link_value(cell):
+    """A matrix cell as a link class (SOC is what drivers before ~2017
+    called SYS), or None when it is not one."""
+    cell = "SYS" if cell == "SOC" else cell
+    return cell if is_link_class(cell) and not cell.startswith("XGMI") else None
 
 
 def new_gpu(index=None):
@@ -102,7 +122,7 @@ def _header_devices(line):
 def _split_label(line):
     """Return (label, rest) when the line is a matrix row, else (None, None)."""
     stripped = line.strip()
-    match = re.match(r"^(%s)" % _DEVICE, stripped)
+    match = _LABEL.match(stripped)
     if not match:
         return None, None
     label = match.group(1)
@@ -120,7 +140,8 @@ def _split_nv_from_cpulist(cell, rest):
     """"NV180-47,96-143" is NV18 followed by CPU affinity 0-47,96-143: give
     back the digits the greedy match took, as few as make a valid cpulist."""
     digits = cell[2:]
-    for keep in range(len(digits) - 1, 0, -1):
+    # NV<n> has at most three digits: the search stays short on long tokens.
+    for keep in range(min(len(digits) - 1, 3), 0, -1):
         candidate = digits[keep:] + rest
         if _CPULIST.match(candidate):
             try:
@@ -131,24 +152,41 @@ def _split_nv_from_cpulist(cell, rest):
     return cell, rest
 
 
-def _read_cells(tokens, count):
+def _read_cells(tokens, count, whole=None):
     """Take up to `count` link cells from the left of `tokens`, splitting
-    merged tokens; return (cells, remaining tokens)."""
+    merged tokens; return (cells, remaining tokens). whole: a dict the
+    caller keeps, token -> whether it is exactly one cell."""
+    if whole is not None and len(tokens) >= count:
+        # The common case, a clean row: each of the first `count` tokens
+        # is one cell (checked once per distinct token).
+        for token in tokens[:count]:
+            known = whole.get(token)
+            if known is None:
+                match = _CELL_SCAN.match(token)
+                known = whole[token] = bool(match) and match.end() == len(token)
+            if not known:
+                break
+        else:
+            return tokens[:count], tokens[count:]
     cells = []
-    queue = list(tokens)
-    while queue and len(cells) < count:
-        match = _CELL_SCAN.match(queue[0])
+    at, pos = 0, 0  # token index, position in that token: no copies
+    tokens = list(tokens)
+    while at < len(tokens) and len(cells) < count:
+        token = tokens[at]
+        match = _CELL_SCAN.match(token, pos)
         if not match:
             break
-        cell, rest = match.group(0), queue[0][match.end():]
-        if cell.startswith("NV") and rest[:1] in ("-", ",") and len(cells) + 1 == count:
-            cell, rest = _split_nv_from_cpulist(cell, rest)
+        cell, pos = match.group(0), match.end()
+        if cell.startswith("NV") and token[pos:pos + 1] in ("-", ",") and len(cells) + 1 == count:
+            cell, rest = _split_nv_from_cpulist(cell, token[pos:])
+            tokens[at], pos = rest, 0
         cells.append(cell)
-        if rest:
-            queue[0] = rest
-        else:
-            queue.pop(0)
-    return cells, queue
+        if pos >= len(tokens[at]):
+            at, pos = at + 1, 0
+    remaining = tokens[at:]
+    if remaining and pos:
+        remaining[0] = remaining[0][pos:]
+    return cells, remaining
 
 
 def _affinity_tokens(tokens):
@@ -170,13 +208,13 @@ def _numa_of(text, label, warnings):
     try:
         nodes = parse_cpulist(text)
     except ValueError:
-        warnings.append("%s: unreadable NUMA Affinity %r" % (label, text))
+        warnings.append("%s: unreadable NUMA Affinity %s" % (label, excerpt(text)))
         return None
     if len(nodes) == 1:
         return nodes[0]
     if len(nodes) > 1:
         warnings.append(
-            "%s: NUMA Affinity %s names several nodes; NUMA node unknown" % (label, text)
+            "%s: NUMA Affinity %s names several nodes; NUMA node unknown" % (label, excerpt(text))
         )
     return None
 
@@ -187,29 +225,26 @@ def _cpus_of(text, label, warnings):
         return None
     try:
         cpus = parse_cpulist(text)
-    except ValueError:
-        warnings.append("%s: unreadable CPU Affinity %r" % (label, text))
+    except ValueError as exc:
+        warnings.append("%s: unreadable CPU Affinity (%s)" % (label, exc))
         return None
     return format_cpulist(cpus) if cpus else None
 
 
-def _worse(a, b):
-    """The worse of two link classes (a damaged matrix may disagree)."""
-    def rank(value):
-        if value in _PCIE_ORDER:
-            return -_PCIE_ORDER.index(value)
-        return int(value[2:]) + 1
-
-    return a if rank(a) <= rank(b) else b
+def _gave_up(what, exc):
+    error = "%s: %s" % (type(exc).__name__, excerpt(str(exc), quote=False))
+    return empty_partial(["%s: could not be read (%s)" % (what, error)], error=error)
 
 
 def parse_topo_matrix(text):
     """Parse `nvidia-smi topo -m` output into a partial. Never raises."""
     try:
-        return _parse_topo_matrix(text)
+        partial = _parse_topo_matrix(text)
     except Exception as exc:  # pylint: disable=broad-except
         # A parser bug must not take the fact module down: report and go on.
-        return empty_partial(["nvidia-smi topo -m: could not be read (%s: %s)" % (type(exc).__name__, exc)])
+        return _gave_up("nvidia-smi topo -m", exc)
+    partial["warnings"] = _bounded(partial["warnings"], "nvidia-smi topo -m")
+    return partial
 
 
 def _parse_topo_matrix(text):
@@ -225,29 +260,35 @@ def _parse_topo_matrix(text):
             break
     if header_at is None:
         return empty_partial(["nvidia-smi topo -m: no header row with GPU columns found"])
+    if sum(1 for d in devices if d.startswith("GPU")) > MAX_GPUS:
+        return empty_partial(["nvidia-smi topo -m: the header names more than %d GPUs; not read" % MAX_GPUS])
     warnings = []
     header = lines[header_at]
     titles = [t for t in _AFFINITY_TITLES if t in header]
-    if len(set(devices)) != len(devices):
+    column = {}
+    for position, name in enumerate(devices):
+        column.setdefault(name, position)
+    if len(column) != len(devices):
         warnings.append("nvidia-smi topo -m: repeated column names in the header")
     nic_names = {}
     rows = {}
+    whole = {}
     for line in lines[header_at + 1:]:
         legend = _NIC_LEGEND.match(line)
         if legend:
             nic_names[legend.group(1)] = legend.group(2)
             continue
         label, rest = _split_label(line)
-        if label is None or label not in devices or label in rows:
+        if label is None or label not in column or label in rows:
             continue
-        cells, remaining = _read_cells(rest.split(), len(devices))
+        cells, remaining = _read_cells(rest.split(), len(devices), whole)
         if len(cells) != len(devices):
             warnings.append(
                 "nvidia-smi topo -m: row %s has %d of %d link cells; its links were not read"
                 % (label, len(cells), len(devices))
             )
             cells = None
-        elif cells[devices.index(label)] != "X":
+        elif cells[column[label]] != "X":
             warnings.append(
                 "nvidia-smi topo -m: row %s has no X on the diagonal; its links were not read" % label
             )
@@ -267,7 +308,8 @@ def _parse_topo_matrix(text):
         values = dict.fromkeys(titles)
         if len(affinity) > len(titles):
             warnings.append(
-                "nvidia-smi topo -m: row %s has unexpected cells %s" % (label, " ".join(affinity[: len(affinity) - len(titles)]))
+                "nvidia-smi topo -m: row %s has unexpected cells %s"
+                % (label, excerpt(" ".join(affinity[: len(affinity) - len(titles)]), quote=False))
             )
             affinity = affinity[len(affinity) - len(titles):]
         # Cells are filled from the left: an empty cell (lost in the paste)
@@ -281,7 +323,7 @@ def _parse_topo_matrix(text):
             )
         cpu_text = values.get("CPU Affinity")
         if cpu_text is not None and not (cpu_text == "N/A" or _CPULIST.match(cpu_text)):
-            warnings.append("%s: unreadable CPU Affinity %r" % (label, cpu_text))
+            warnings.append("%s: unreadable CPU Affinity %s" % (label, excerpt(cpu_text)))
             cpu_text = None
         gpu["local_cpus"] = _cpus_of(cpu_text, label, warnings)
         gpu["numa_node"] = _numa_of(values.get("NUMA Affinity"), label, warnings)
@@ -291,32 +333,44 @@ def _parse_topo_matrix(text):
             node_cpus.setdefault(gpu["numa_node"], set()).update(parse_cpulist(gpu["local_cpus"]))
         partial["gpus"].append(gpu)
 
-    links = {}
+    # Each row's own cells first, then the two directions of every pair
+    # reconciled (a damaged matrix may disagree: the worse wins, with a
+    # warning). Two passes over the cells, a dict lookup each.
+    value_of = {}  # cell -> link class or None, computed once per distinct cell
+    gpu_columns = [(b, column[b]) for b in gpu_labels]
+    direct = {}
+    order = dict((label, i) for i, label in enumerate(gpu_labels))
     for a in gpu_labels:
         cells = rows.get(a, (None, None))[0]
         if cells is None:
             continue
-        for b in gpu_labels:
-            if a == b:
-                continue
-            value = cells[devices.index(b)]
-            if value == "SOC":
-                value = "SYS"
-            if value in ("N/A", "X") or not _LINK_VALUE.match(value):
-                if value != "N/A":
-                    warnings.append("nvidia-smi topo -m: %s-%s has cell %r" % (a, b, value))
-                continue
-            for x, y in ((a, b), (b, a)):
-                old = links.setdefault(x, {}).get(y)
-                if old is not None and old != value:
-                    if x == a:
-                        warnings.append(
-                            "nvidia-smi topo -m: %s-%s reads %s one way and %s the other; using the worse"
-                            % (a, b, value, old)
-                        )
-                    links[x][y] = _worse(old, value)
-                else:
-                    links[x][y] = value
+        row = direct[a] = {}
+        for b, position in gpu_columns:
+            cell = cells[position]
+            value = value_of.get(cell, _UNSEEN)
+            if value is _UNSEEN:
+                value = value_of[cell] = _link_value(cell)
+            if value is not None:
+                row[b] = value
+            elif b != a and cell != "N/A":
+                warnings.append("nvidia-smi topo -m: %s-%s has cell %s" % (a, b, excerpt(cell)))
+        row.pop(a, None)
+    links = dict((a, dict(row)) for a, row in direct.items() if row)
+    for a, row in direct.items():
+        for b, value in row.items():
+            back = links.get(b)
+            if back is None:
+                back = links[b] = {}
+            old = back.get(a)
+            if old is None:
+                back[a] = value
+            elif old != value:
+                back[a] = worse_link(old, value)
+                if order[b] < order[a]:  # once per pair, from the later row
+                    warnings.append(
+                        "nvidia-smi topo -m: %s-%s reads %s one way and %s the other; using the worse"
+                        % (a, b, value, old)
+                    )
     partial["links"] = links
     partial["numa_nodes"] = [
         {"id": node, "cpus": format_cpulist(cpus)} for node, cpus in sorted(node_cpus.items())
@@ -328,8 +382,9 @@ def _parse_topo_matrix(text):
         entry = {"name": label, "device": nic_names.get(label, None if label.startswith("NIC") else label), "links": {}}
         for gpu_label in gpu_labels:
             cells = rows.get(gpu_label, (None, None))[0]
-            if cells is not None and _LINK_VALUE.match(cells[devices.index(label)]):
-                entry["links"][gpu_label] = cells[devices.index(label)].replace("SOC", "SYS")
+            value = None if cells is None else _link_value(cells[column[label]])
+            if value is not None:
+                entry["links"][gpu_label] = value
         nics.append(entry)
     partial["nics"] = nics
     partial["warnings"] = warnings
@@ -337,16 +392,18 @@ def _parse_topo_matrix(text):
 
 
 def _query_int(text):
-    match = re.match(r"^\s*(\d+)", text or "")
+    match = re.match(r"^\s*(\d{1,18})(?!\d)", text or "", re.ASCII)
     return int(match.group(1)) if match else None
 
 
 def parse_query_gpu(text):
     """Parse the CSV of QUERY_COMMAND into a partial. Never raises."""
     try:
-        return _parse_query_gpu(text)
+        partial = _parse_query_gpu(text)
     except Exception as exc:  # pylint: disable=broad-except
-        return empty_partial(["nvidia-smi --query-gpu: could not be read (%s: %s)" % (type(exc).__name__, exc)])
+        return _gave_up("nvidia-smi --query-gpu", exc)
+    partial["warnings"] = _bounded(partial["warnings"], "nvidia-smi --query-gpu")
+    return partial
 
 
 def _parse_query_gpu(text):
@@ -362,20 +419,23 @@ def _parse_query_gpu(text):
         if len(row) != len(QUERY_FIELDS):
             warnings.append(
                 "nvidia-smi --query-gpu: line %d has %d fields, expected %d: %s"
-                % (number, len(row), len(QUERY_FIELDS), ", ".join(row)[:200])
+                % (number, len(row), len(QUERY_FIELDS), excerpt(", ".join(row)))
             )
             continue
         index, uuid, name, bus_id, memory, mig = row
-        if not re.match(r"^\d+$", index):
-            warnings.append("nvidia-smi --query-gpu: line %d: index %r is not a number" % (number, index))
+        if not re.match(r"^\d{1,6}$", index, re.ASCII):
+            warnings.append("nvidia-smi --query-gpu: line %d: index %s is not a number" % (number, excerpt(index)))
             continue
+        if len(partial["gpus"]) >= MAX_GPUS:
+            warnings.append("nvidia-smi --query-gpu: more than %d GPUs; the rest is not read" % MAX_GPUS)
+            break
         gpu = new_gpu(int(index))
         gpu["uuid"] = uuid if uuid.startswith(("GPU-", "MIG-")) else None
         gpu["name"] = name or None
         try:
             gpu["pci_bus_id"] = normalize_bus_id(bus_id)
         except ValueError:
-            warnings.append("nvidia-smi --query-gpu: GPU %s: bus id %r not readable" % (index, bus_id))
+            warnings.append("nvidia-smi --query-gpu: GPU %s: bus id %s not readable" % (index, excerpt(bus_id)))
         gpu["memory_mb"] = _query_int(memory)
         mig = mig.lower()
         gpu["mig_mode"] = mig if mig in ("enabled", "disabled") else None

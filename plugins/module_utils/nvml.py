@@ -11,7 +11,9 @@ a function missing from old bindings, anything else) is recorded under the
 record's or the device's `errors` and its value is None.
 
 `parse(raw)` turns such a record into the partial dict every topology
-source returns (docs/facts.md). It never raises either.
+source returns (docs/facts.md). It never raises either: `error` is None
+unless the parser itself failed. It reads at most MAX_DEVICES devices and
+quotes recorded values in warnings cut (topology_reader.excerpt).
 
 Record format (`collector_version: 1`)::
 
@@ -39,14 +41,15 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
     cpus_from_words,
     format_cpulist,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.pci import MAX_GPUS, PCIE_LINK_CLASSES, normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import excerpt
 
 __metaclass__ = type
 
 COLLECTOR_VERSION = 1
 WORD_BITS = 64
 NODE_WORDS = 1  # 64 NUMA nodes are plenty for the hosts this serves
-MAX_DEVICES = 1024  # anything above is a broken binding, not a machine
+MAX_DEVICES = MAX_GPUS  # anything above is a broken binding, not a machine
 
 # nvmlDeviceGetNvLinkRemoteDeviceType
 REMOTE_GPU = 0
@@ -56,7 +59,7 @@ REMOTE_SWITCH = 2
 # nvmlDeviceGetTopologyCommonAncestor levels -> nvidia-smi link class.
 # 0 is "internal" (two GPUs on one board, e.g. K80): nothing is closer
 # on PCIe, so it ranks with PIX.
-TOPOLOGY_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+TOPOLOGY_LEVELS = dict(zip((0, 10, 20, 30, 40, 50), PCIE_LINK_CLASSES[:1] + PCIE_LINK_CLASSES))
 
 # PCIe generation -> the transfer rate as sysfs writes it.
 PCIE_SPEEDS = {
@@ -275,8 +278,11 @@ def _collect(pynvml, raw, errors, cpu_count):
 # parse
 
 
-def _empty(warnings=None):
-    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": list(warnings or [])}
+MAX_WARNINGS = 200
+
+
+def _empty(warnings=None, error=None):
+    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": list(warnings or []), "error": error}
 
 
 def _mapping(value):
@@ -298,9 +304,13 @@ def _affinity(value, what, label, warnings):
     if words is None:
         return None
     if not isinstance(words, list) or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in words):
-        warnings.append("NVML: %s: unreadable %s %r" % (label, what, words))
+        warnings.append("NVML: %s: unreadable %s %s" % (label, what, excerpt(words)))
         return None
-    return cpus_from_words(words, bits)
+    try:
+        return cpus_from_words(words, bits)
+    except ValueError as exc:
+        warnings.append("NVML: %s: unreadable %s (%s)" % (label, what, exc))
+        return None
 
 
 def _pcie(value):
@@ -320,9 +330,14 @@ def _pcie(value):
 def parse(raw):
     """Turn a collect() record into the partial topology dict. Never raises."""
     try:
-        return _parse(raw)
+        partial = _parse(raw)
     except Exception as exc:  # pylint: disable=broad-except
-        return _empty(["NVML: record could not be read (%s: %s)" % (type(exc).__name__, exc)])
+        error = "%s: %s" % (type(exc).__name__, excerpt(str(exc), quote=False))
+        return _empty(["NVML: record could not be read (%s)" % error], error=error)
+    if len(partial["warnings"]) > MAX_WARNINGS:
+        partial["warnings"] = partial["warnings"][:MAX_WARNINGS] + [
+            "NVML: %d more warnings not shown" % (len(partial["warnings"]) - MAX_WARNINGS)]
+    return partial
 
 
 def _parse(raw):
@@ -333,16 +348,19 @@ def _parse(raw):
     top_errors = _mapping(raw.get("errors"))
     for key in ("collect", "init", "device_count"):
         if key in top_errors:
-            warnings.append("NVML: %s failed: %s" % (key, top_errors[key]))
+            warnings.append("NVML: %s failed: %s" % (key, excerpt(top_errors[key], quote=False)))
     for key, message in sorted(top_errors.items(), key=lambda kv: str(kv[0])):
         if str(key).startswith("handle["):
-            warnings.append("NVML: GPU %s could not be opened: %s" % (str(key)[7:-1], message))
+            warnings.append("NVML: GPU %s could not be opened: %s" % (excerpt(str(key)[7:-1], 20, quote=False), excerpt(message, quote=False)))
     devices = raw.get("devices")
     if devices is None:
         devices = []
     if not isinstance(devices, list):
         warnings.append("NVML: devices is not a list")
         devices = []
+    if len(devices) > MAX_DEVICES:
+        warnings.append("NVML: %d devices recorded; only the first %d are read" % (len(devices), MAX_DEVICES))
+        devices = devices[:MAX_DEVICES]
 
     keys = {}  # device index -> partial key
     key_of_bus = {}
@@ -355,7 +373,7 @@ def _parse(raw):
             continue
         errors = _mapping(device.get("errors"))
         index = device.get("index")
-        index = index if isinstance(index, int) and not isinstance(index, bool) else None
+        index = index if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1 << 20 else None
         label = "GPU %s" % (index if index is not None else "#%d" % position)
         gpu = {
             "index": index,
@@ -371,7 +389,7 @@ def _parse(raw):
         }
         if gpu["pci_bus_id"] is None:
             warnings.append(
-                "NVML: %s: PCI bus id unknown (%s)" % (label, errors.get("bus_id", repr(device.get("bus_id"))))
+                "NVML: %s: PCI bus id unknown (%s)" % (label, excerpt(errors.get("bus_id", device.get("bus_id"))))
             )
         memory = _int_or_none(device.get("memory_total"))
         if memory is not None and not isinstance(device.get("memory_total"), bool):
@@ -419,7 +437,7 @@ def _parse(raw):
     for entry in topology if isinstance(topology, list) else []:
         entry = _mapping(entry)
         a, b, level = entry.get("a"), entry.get("b"), entry.get("level")
-        if a in keys and b in keys:
+        if isinstance(a, int) and isinstance(b, int) and a in keys and b in keys:
             levels[frozenset((keys[a], keys[b]))] = level
 
     links = {}
@@ -443,7 +461,7 @@ def _parse(raw):
                 value = TOPOLOGY_LEVELS.get(level) if isinstance(level, int) else None
                 if value is None:
                     warnings.append(
-                        "NVML: no link class for %s - %s (topology level %r)" % (key_a, key_b, level)
+                        "NVML: no link class for %s - %s (topology level %s)" % (key_a, key_b, excerpt(level))
                     )
                     continue
             links.setdefault(key_a, {})[key_b] = value

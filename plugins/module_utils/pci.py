@@ -12,10 +12,14 @@ _BUS_ID = re.compile(
     r"(?P<device>[0-9a-fA-F]{1,2})\.(?P<function>[0-7])$"
 )
 
-# PCIe levels as nvidia-smi topo -m names them, best first.
+# PCIe levels as nvidia-smi topo -m names them, best first: the one
+# ranking of link classes (link_score, worse_link and NVML's levels use it).
 PCIE_LINK_CLASSES = ("PIX", "PXB", "PHB", "NODE", "SYS")
-_PCIE_SCORE = {"PIX": 4, "PXB": 3, "PHB": 2, "NODE": 1, "SYS": 0}
-_FABRIC = re.compile(r"^(NV|XGMI)(\d+)$")
+_PCIE_SCORE = dict((cls, len(PCIE_LINK_CLASSES) - 1 - rank) for rank, cls in enumerate(PCIE_LINK_CLASSES))
+# More GPUs than this in one host is a damaged or forged input: sources
+# read at most this many (the pairwise link work grows with its square).
+MAX_GPUS = 1024
+_FABRIC = re.compile(r"^(NV|XGMI)(\d{1,6})$", re.ASCII)
 
 
 def normalize_bus_id(text):
@@ -58,4 +62,9 @@ def link_score(value):
     match = _FABRIC.match(value)
     if match and int(match.group(2)) > 0:
         return 10 + int(match.group(2))
-    raise ValueError("unknown link class %r" % (value,))
+    raise ValueError("unknown link class %r" % (value[:40],))
+
+
+def worse_link(a, b):
+    """The worse of two link classes (by link_score); a on a tie."""
+    return a if link_score(a) <= link_score(b) else b

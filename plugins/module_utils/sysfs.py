@@ -18,12 +18,14 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
     format_cpulist,
     parse_cpulist,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.pci import MAX_GPUS, normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import excerpt
 
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
 PCI_DIR = "/sys/bus/pci/devices"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+MAX_NUMA_NODES = 1024  # Linux's own limit (CONFIG_NODES_SHIFT 10)
 KFD_LINK_XGMI = 11  # io_link type of an XGMI link (type 2 is PCIe)
 
 GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
@@ -53,8 +55,9 @@ NIC_VENDORS = {
     "0x1002": "amd",
     "0x1022": "amd",
 }
-_NODE_NAME = re.compile(r"^node(\d+)$")
-_CPU_NAME = re.compile(r"^cpu(\d+)$")
+_NODE_NAME = re.compile(r"^node(\d{1,9})$", re.ASCII)
+_CPU_NAME = re.compile(r"^cpu(\d{1,9})$", re.ASCII)
+_KFD_NODE = re.compile(r"^\d{1,9}$", re.ASCII)
 _HOST_BRIDGE = re.compile(r"^pci([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2})$")
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _MEMTOTAL = re.compile(r"MemTotal:\s*(\d+)\s*kB")
@@ -86,6 +89,9 @@ def numa_nodes(reader, warnings, online_cpus=None):
     """NUMA nodes: [{id, cpus (cpulist), memory_mb, distances}] sorted by id."""
     names = reader.listdir(NODE_DIR) or []
     ids = sorted(int(m.group(1)) for m in (_NODE_NAME.match(n) for n in names) if m)
+    if len(ids) > MAX_NUMA_NODES:
+        warnings.append("%s: more than %d NUMA nodes; the rest is not read" % (NODE_DIR, MAX_NUMA_NODES))
+        ids = ids[:MAX_NUMA_NODES]
     nodes = []
     for node_id in ids:
         base = "%s/node%d" % (NODE_DIR, node_id)
@@ -108,7 +114,7 @@ def numa_nodes(reader, warnings, online_cpus=None):
                 distances = dict(zip(ids, (int(v) for v in values)))
             else:
                 warnings.append(
-                    "%s/distance %r does not hold one distance per node (%d nodes)" % (base, row.strip(), len(ids))
+                    "%s/distance %s does not hold one distance per node (%d nodes)" % (base, excerpt(row.strip()), len(ids))
                 )
         nodes.append({
             "id": node_id,
@@ -149,22 +155,28 @@ def cpu_topology(reader, warnings):
     }
 
 
-def node_for_cpus(cpus, nodes):
-    """The id of the one node whose cpulist covers every CPU in cpus
-    (a list of ints), or None when none or several do."""
-    wanted = set(cpus)
-    if not wanted:
-        return None
-    matches = []
+def node_cpu_sets(nodes):
+    """[(node id, set of its CPUs)] for the nodes whose cpulist reads."""
+    sets = []
     for node in nodes:
         if node.get("cpus") is None:
             continue
         try:
-            have = set(parse_cpulist(node["cpus"]))
+            sets.append((node["id"], set(parse_cpulist(node["cpus"]))))
         except ValueError:
             continue
-        if have and wanted <= have:
-            matches.append(node["id"])
+    return sets
+
+
+def node_for_cpus(cpus, nodes, cpu_sets=None):
+    """The id of the one node whose cpulist covers every CPU in cpus
+    (a list of ints), or None when none or several do. cpu_sets: what
+    node_cpu_sets(nodes) gives, when the caller asks many times."""
+    wanted = set(cpus)
+    if not wanted:
+        return None
+    matches = [nid for nid, have in (node_cpu_sets(nodes) if cpu_sets is None else cpu_sets)
+               if have and wanted <= have]
     return matches[0] if len(matches) == 1 else None
 
 
@@ -213,7 +225,7 @@ def _interfaces(reader, base):
     return sorted(names)
 
 
-def _locality(reader, base, bus_id, kind, nodes, warnings):
+def _locality(reader, base, bus_id, kind, nodes, warnings, cpu_sets=None):
     """(numa_node, local_cpus, reported) of a device.
 
     numa_node -1 means the firmware did not say: for a NIC the one node
@@ -226,11 +238,11 @@ def _locality(reader, base, bus_id, kind, nodes, warnings):
     raw = _strip(reader.read(base + "/numa_node"))
     node = _int_or_none(raw)
     if raw is not None and node is None:
-        warnings.append("%s/numa_node %r is not a number" % (base, raw))
+        warnings.append("%s/numa_node %s is not a number" % (base, excerpt(raw)))
     reported = None
     if node is not None and node < 0:
-        reported = raw
-        node = node_for_cpus(local or [], nodes) if kind == "NIC" else None
+        reported = raw if len(raw) <= 20 else raw[:20] + "..."
+        node = node_for_cpus(local or [], nodes, cpu_sets) if kind == "NIC" else None
     elif node is not None and nodes and node not in [n["id"] for n in nodes]:
         warnings.append("%s %s reports numa_node %d, which is not a NUMA node here" % (kind, bus_id, node))
     return node, local_cpus, reported
@@ -239,16 +251,27 @@ def _locality(reader, base, bus_id, kind, nodes, warnings):
 def pci_devices(reader, nodes, warnings):
     """GPUs and NICs found under /sys/bus/pci/devices, sorted by bus id."""
     gpus, nics = [], []
+    cpu_sets = node_cpu_sets(nodes)
     for entry in reader.listdir(PCI_DIR) or []:
         try:
             bus_id = normalize_bus_id(entry)
         except ValueError:
             continue
         base = "%s/%s" % (PCI_DIR, entry)
-        pci_class = (_strip(reader.read(base + "/class")) or "").lower()
+        pci_class = _strip(reader.read(base + "/class"))
+        if pci_class is None:
+            warnings.append("%s/class cannot be read: PCI device %s is not classified (a GPU or NIC there "
+                            "is left out)" % (base, bus_id))
+            continue
+        pci_class = pci_class.lower()
         vendor_id = (_strip(reader.read(base + "/vendor")) or "").lower()
         prefix = pci_class[:6]
         if prefix in GPU_CLASSES and vendor_id in GPU_VENDORS:
+            if len(gpus) >= MAX_GPUS:
+                line = "%s: more than %d GPUs; the rest is not read" % (PCI_DIR, MAX_GPUS)
+                if line not in warnings:
+                    warnings.append(line)
+                continue
             node, local_cpus, reported = _locality(reader, base, bus_id, "GPU", nodes, warnings)
             gpus.append({
                 "index": None,
@@ -267,7 +290,7 @@ def pci_devices(reader, nodes, warnings):
                 "pci_path": _pci_chain(reader, entry),
             })
         elif prefix in NIC_CLASSES:
-            node, local_cpus, dummy_reported = _locality(reader, base, bus_id, "NIC", nodes, warnings)
+            node, local_cpus, dummy_reported = _locality(reader, base, bus_id, "NIC", nodes, warnings, cpu_sets)
             nics.append({
                 "id": bus_id,
                 "pci_bus_id": bus_id,
@@ -308,11 +331,11 @@ def pci_link_class(path_a, path_b, node_a, node_b):
     return "PXB"
 
 
-def _effective_node(device, nodes):
+def _effective_node(device, nodes, cpu_sets=None):
     if device["numa_node"] is not None:
         return device["numa_node"]
     if device.get("local_cpus"):
-        node = node_for_cpus(parse_cpulist(device["local_cpus"]), nodes)
+        node = node_for_cpus(parse_cpulist(device["local_cpus"]), nodes, cpu_sets)
         if node is not None:
             return node
     return nodes[0]["id"] if len(nodes) == 1 else None
@@ -321,13 +344,14 @@ def _effective_node(device, nodes):
 def pci_tree_links(gpus, nodes=()):
     """Links between every pair of GPUs from the PCI tree, keyed by bus id."""
     links = {}
-    for a in gpus:
+    cpu_sets = node_cpu_sets(nodes)
+    effective = [_effective_node(g, nodes, cpu_sets) for g in gpus]
+    for a, node_a in zip(gpus, effective):
         row = {}
-        node_a = _effective_node(a, nodes)
-        for b in gpus:
+        for b, node_b in zip(gpus, effective):
             if a is b:
                 continue
-            row[b["pci_bus_id"]] = pci_link_class(a["pci_path"], b["pci_path"], node_a, _effective_node(b, nodes))
+            row[b["pci_bus_id"]] = pci_link_class(a["pci_path"], b["pci_path"], node_a, node_b)
         links[a["pci_bus_id"]] = row
     return links
 
@@ -349,7 +373,7 @@ def kfd_gpu_nodes(reader):
     CUDA_VISIBLE_DEVICES on ROCm. CPU nodes (no SIMDs) are skipped.
     """
     found = []
-    nodes = sorted(int(n) for n in reader.listdir(KFD_NODES) or [] if n.isdigit())
+    nodes = sorted(int(n) for n in reader.listdir(KFD_NODES) or [] if _KFD_NODE.match(n))
     for node in nodes:
         props = _properties(reader.read("%s/%d/properties" % (KFD_NODES, node)))
         location = props.get("location_id")

@@ -25,6 +25,8 @@ import socket
 from ansible_collections.gpufleet.numa.plugins.module_utils import nvidia_smi, nvml, sysfs
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
+    CAPTURE_MAX_BYTES,
+    COMMAND_TIMEOUT,
     CaptureReader,
     LiveReader,
     RecordingReader,
@@ -34,10 +36,6 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader impo
 SCHEMA_VERSION = 1
 _IDENTITY_FIELDS = ("uuid", "name", "memory_mb", "mig_mode")
 _PCIE_KEYS = ("current_speed", "max_speed", "current_width", "max_width")
-
-
-def empty_partial():
-    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": []}
 
 
 def _partial_key(gpu):
@@ -138,16 +136,21 @@ def _record_id(record):
 
 
 def _merge_links(links, partial_links, table, source, warnings):
+    # Work per link is two dict lookups: a 1,000-GPU matrix has a million.
+    ids = dict((key, (id(record), _record_id(record))) for key, record in table.by_key.items())
     for key_a, row in (partial_links or {}).items():
-        rec_a = table.by_key.get(key_a)
+        rec_a = ids.get(key_a)
         if rec_a is None:
             warnings.append("%s: link row for unknown GPU %s ignored" % (source, key_a))
             continue
+        out = None
         for key_b, cls in (row or {}).items():
-            rec_b = table.by_key.get(key_b)
-            if rec_b is None or rec_b is rec_a or not cls:
+            rec_b = ids.get(key_b)
+            if rec_b is None or rec_b[0] == rec_a[0] or not cls:
                 continue
-            links.setdefault(_record_id(rec_a), {})[_record_id(rec_b)] = cls
+            if out is None:
+                out = links.setdefault(rec_a[1], {})
+            out[rec_b[1]] = cls
 
 
 def _numa_nodes_from_partials(partials):
@@ -167,7 +170,7 @@ def _numa_nodes_from_partials(partials):
     ]
 
 
-def _resolve_numa(record, gid, nodes, warnings):
+def _resolve_numa(record, gid, nodes, warnings, cpu_sets=None):
     numa = record["numa"]
     node = numa[0][1] if numa else None
     others = [(s, n) for s, n in numa if n != node]
@@ -180,7 +183,7 @@ def _resolve_numa(record, gid, nodes, warnings):
     reported = record["numa_reported"]
     if node is None and cpus:
         try:
-            guess = sysfs.node_for_cpus(parse_cpulist(cpus), nodes)
+            guess = sysfs.node_for_cpus(parse_cpulist(cpus), nodes, cpu_sets)
         except ValueError:
             guess = None
         if guess is not None:
@@ -262,9 +265,10 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
     node_ids = [n["id"] for n in nodes]
 
     gpus = []
+    cpu_sets = sysfs.node_cpu_sets(nodes)
     for record in sorted(table.records, key=_sort_key):
         gid = _record_id(record)
-        node, cpus = _resolve_numa(record, gid, nodes, warnings)
+        node, cpus = _resolve_numa(record, gid, nodes, warnings, cpu_sets)
         pcie = record["pcie"] or {}
         gpu = {
             "id": gid,
@@ -290,11 +294,17 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
     for source, partial in reversed(ordered):
         if partial:
             _merge_links(links, partial.get("links"), table, source.split()[0], warnings)
+    # Both directions, then rows and columns in GPU order. Plain loops and
+    # comprehensions: a 1,000-GPU host has a million links.
     for a, row in list(links.items()):
         for b, cls in row.items():
-            links.setdefault(b, {}).setdefault(a, cls)
+            back = links.get(b)
+            if back is None:
+                links[b] = {a: cls}
+            elif a not in back:
+                back[a] = cls
     ids = [g["id"] for g in gpus]
-    links = dict((a, dict((b, links[a][b]) for b in ids if b in links.get(a, {}))) for a in ids if links.get(a))
+    links = {a: {b: links[a][b] for b in ids if b in links[a]} for a in ids if links.get(a)}
 
     nics = []
     for nic in sys_part.get("nics") or []:
@@ -366,12 +376,16 @@ def gather(reader, pynvml=None, use_nvml=True, use_nvidia_smi=True, hostname=Non
 
 
 def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi", pynvml=None,
-                use_nvml=True, record=False, hostname=None):
+                use_nvml=True, record=False, hostname=None, timeout=COMMAND_TIMEOUT):
     """Facts of the running machine; with record=True also its capture.
 
-    Returns (facts, capture or None).
+    timeout: seconds each nvidia-smi call may run; one that does not
+    answer in time is killed and reported in the warnings.
+    Returns (facts, capture or None). Raises ValueError when root is not
+    an existing directory.
     """
-    reader = LiveReader(root=root, runner=runner, which=which, binaries={"nvidia-smi": nvidia_smi_binary})
+    reader = LiveReader(root=root, runner=runner, which=which, binaries={"nvidia-smi": nvidia_smi_binary},
+                        timeout=timeout)
     hostname = hostname or socket.gethostname()
     if record:
         recorder = RecordingReader(reader, hostname=hostname)
@@ -382,13 +396,15 @@ def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi
     return facts, None
 
 
-def facts_from_capture(capture, hostname=None):
-    """Facts from a capture (a dict, a file path or YAML/JSON text).
+def facts_from_capture(capture, hostname=None, max_bytes=CAPTURE_MAX_BYTES):
+    """Facts from a capture (a dict, a file path or YAML/JSON text, or the
+    plain output of nvidia-smi topo -m).
 
     Raises ValueError naming the capture and the problem when it is not a
-    valid capture. hostname overrides the capture's own.
+    valid capture (or larger than max_bytes). hostname overrides the
+    capture's own.
     """
-    data = load_capture(capture)
+    data = load_capture(capture, max_bytes=max_bytes)
     reader = CaptureReader(data)
     facts = gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
     return facts

@@ -31,6 +31,11 @@ options:
     description:
       - Directory under which C(/sys) is read. Use it for a copied sysfs tree or
         a host file system mounted into a container.
+      - It must exist (the task fails naming it otherwise). Every read stays
+        below it - a symlink's absolute target is taken relative to O(root), a
+        path that would climb above it with C(..) is not read and gives a
+        warning. Only regular files and directories are read (a FIFO or a device
+        file is refused without blocking, with a warning), at most 1 MiB per file.
     type: path
     default: /
   record:
@@ -49,7 +54,20 @@ options:
         playbook C(files/) directory, the playbook directory, then the current
         directory).
       - Handled by the action plugin; the target is not contacted.
+      - A capture is untrusted input (it may come from a bug report). Only a
+        regular file of at most O(capture_max_bytes) is read; YAML anchors and
+        aliases may add at most 10,000 nodes, nesting is limited to 32 levels,
+        CPU ids to 65,536. Anything beyond fails the task with a message naming
+        the file and the problem.
+      - The plain output of C(nvidia-smi topo -m) saved as a text file is
+        accepted as a capture of that command.
     type: path
+  capture_max_bytes:
+    description:
+      - Largest capture file O(capture) reads, in bytes. Recorded captures are
+        well under 1 MiB.
+    type: int
+    default: 4194304
   nvml:
     description:
       - Try to import C(pynvml) (package C(nvidia-ml-py)) on the target and
@@ -63,6 +81,14 @@ options:
         is set). A missing binary is not an error.
     type: str
     default: nvidia-smi
+  nvidia_smi_timeout:
+    description:
+      - Seconds each C(nvidia-smi) call may run. One that does not answer in
+        time is killed (with what it started) and reported as a warning; the
+        other sources still give their facts, and C(nvidia-smi) is not run again
+        in that task.
+    type: int
+    default: 30
 attributes:
   check_mode:
     support: full
@@ -80,6 +106,7 @@ notes:
     come from the PCI tree only.
   - A GPU whose NUMA node no source can tell gets C(numa_node=null) and a
     warning, never a made-up 0.
+  - Every entry of C(numa_topology.warnings) is also shown as an Ansible warning.
   - Facts gathering never reports C(changed).
 seealso:
   - name: Topology facts schema
@@ -325,14 +352,19 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather_live, summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import C_LOCALE
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
+    CAPTURE_MAX_BYTES,
+    COMMAND_TIMEOUT,
+)
 
 ARGUMENT_SPEC = dict(
     root=dict(type="path", default="/"),
     record=dict(type="bool", default=False),
     capture=dict(type="path"),
+    capture_max_bytes=dict(type="int", default=CAPTURE_MAX_BYTES),
     nvml=dict(type="bool", default=True),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
+    nvidia_smi_timeout=dict(type="int", default=COMMAND_TIMEOUT),
 )
 
 
@@ -353,8 +385,8 @@ def main():
             "plugin; call the module by that name (or through the collection's ansible.cfg)" % params["capture"]
         )
 
-    def runner(argv):
-        return module.run_command(argv, environ_update=C_LOCALE)
+    if params["nvidia_smi_timeout"] < 1:
+        module.fail_json(msg="nvidia_smi_timeout must be at least 1 second, got %d" % params["nvidia_smi_timeout"])
 
     def which(name):
         if "/" in name:
@@ -364,11 +396,14 @@ def main():
     pynvml = _import_pynvml() if params["nvml"] else None
     try:
         facts, capture = gather_live(
-            root=params["root"], runner=runner, which=which, nvidia_smi_binary=params["nvidia_smi"],
+            root=params["root"], which=which, nvidia_smi_binary=params["nvidia_smi"],
             pynvml=pynvml, use_nvml=params["nvml"], record=params["record"],
+            timeout=params["nvidia_smi_timeout"],
         )
     except ValueError as exc:
         module.fail_json(msg="numa_facts: %s" % exc)
+    for warning in facts["warnings"]:
+        module.warn(warning)
     result = dict(changed=False, ansible_facts=dict(numa_topology=facts), summary=summary(facts))
     if capture is not None:
         result["capture"] = capture

@@ -68,3 +68,19 @@ class SysfsBuilder(object):
         if nvml is not None:
             data["nvml"] = nvml
         return data
+
+
+def write_tree(capture, root):
+    """Lay a capture's files and symlinks out under root (a path or str),
+    as a real sysfs tree."""
+    import os
+
+    for path, content in capture["files"].items():
+        target = os.path.join(str(root), path.lstrip("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "w") as handle:
+            handle.write(content)
+    for path, link in capture["symlinks"].items():
+        target = os.path.join(str(root), path.lstrip("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(link, target)

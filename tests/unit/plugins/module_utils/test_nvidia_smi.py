@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.nvidia_smi import (
 __metaclass__ = type
 
 MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
-PARTIAL_KEYS = {"gpus", "links", "numa_nodes", "warnings"}
+PARTIAL_KEYS = {"gpus", "links", "numa_nodes", "warnings", "error"}
 GPU_KEYS = {
     "index", "pci_bus_id", "uuid", "name", "memory_mb", "numa_node",
     "local_cpus", "mig_mode", "pcie", "vendor",

@@ -360,7 +360,7 @@ def test_collect_defaults_cpu_count_to_this_machine():
 )
 def test_parse_bad_records_give_partial_with_warnings(raw):
     partial = nvml.parse(raw)
-    assert set(partial) == {"gpus", "links", "numa_nodes", "warnings"}
+    assert set(partial) == {"gpus", "links", "numa_nodes", "warnings", "error"}
     assert partial["gpus"] == []
     assert partial["warnings"]
 

@@ -3,7 +3,13 @@
 # Apache License 2.0 (see LICENSE)
 """Property tests: the source parsers return a well-formed partial for any
 input (random text, damaged copies of recorded matrices, broken NVML
-records and bindings) and read back every matrix nvidia-smi could print."""
+records and bindings) and read back every matrix nvidia-smi could print.
+
+The parsers never raise (a parser bug must not take fact gathering down):
+they catch everything and then report it in the partial's `error`. So
+"never raises" alone proves nothing; every property here also requires
+`error` to be None - the parser read the input, with warnings or not, and
+did not give up."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,6 +17,7 @@ import copy
 import json
 import os
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -54,8 +61,10 @@ NVML_RECORDS = [c["nvml"] for dummy, c in sorted(CAPTURES.items()) if "nvml" in 
 
 
 def assert_well_formed(partial):
-    """What every consumer of a partial may rely on."""
-    assert set(partial) >= {"gpus", "links", "numa_nodes", "warnings"}
+    """What every consumer of a partial may rely on, and that the parser
+    did not give up on an exception of its own."""
+    assert set(partial) >= {"gpus", "links", "numa_nodes", "warnings", "error"}
+    assert partial["error"] is None, "the parser gave up: %s" % partial["error"]
     json.dumps(partial)  # plain data only
     assert all(isinstance(w, str) and w for w in partial["warnings"])
     keys = set()
@@ -176,6 +185,16 @@ def test_parse_topo_matrix_damaged_recorded_matrices_never_raise(text, edits):
     assert_well_formed(parse_topo_matrix(_damage(text, edits)))
 
 
+@pytest.mark.parametrize("text", MATRICES, ids=range(len(MATRICES)))
+def test_parse_topo_matrix_recorded_matrices_parse_before_damage(text):
+    # The undamaged inputs the property above starts from are read in full:
+    # a parser that gives up on everything fails here, not silently there.
+    partial = parse_topo_matrix(text)
+    assert_well_formed(partial)
+    assert partial["gpus"] and all(g["index"] is not None for g in partial["gpus"])
+    assert len(partial["gpus"]) == 1 or partial["links"]
+
+
 _CLASSES = st.one_of(st.sampled_from(["PIX", "PXB", "PHB", "NODE", "SYS"]), st.integers(1, 18).map(lambda n: "NV%d" % n))
 
 
@@ -294,6 +313,9 @@ class _ChaoticNVML:
 @given(st.data())
 def test_nvml_collect_on_chaotic_bindings_never_raises(data):
     raw = nvml.collect(_ChaoticNVML(data), cpu_count=data.draw(st.one_of(st.none(), st.integers(-1, 300))))
+    # Binding failures are recorded per call; "collect" holds an exception
+    # of the collector itself, which must never happen.
+    assert "collect" not in raw["errors"], raw["errors"]["collect"]
     yaml.safe_dump(raw)  # a capture must be able to store it
     assert set(raw) == {
         "collector_version", "driver_version", "nvml_version", "cpu_count",

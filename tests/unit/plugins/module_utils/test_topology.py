@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import pytest
 import yaml
@@ -84,10 +85,21 @@ def test_facts_from_capture_recorded_machines_match_expected_links(machine):
 
 
 def test_facts_from_capture_unknown_numa_is_null_with_warning(machine):
-    facts = machine[1]
-    for gpu in facts["gpus"]:
-        if gpu["numa_node"] is None:
-            assert any(gpu["id"] in w and "unknown" in w for w in facts["warnings"]), gpu["id"]
+    # Asserts for every machine: the GPUs left without a NUMA node are
+    # exactly those expected.yml (written by hand) says, each has its own
+    # "NUMA node unknown" warning, no GPU with a node gets one, and every
+    # node given is one of the host's.
+    facts, expected = machine[1], machine[2]
+    null = sorted(g["id"] for g in facts["gpus"] if g["numa_node"] is None)
+    assert null == sorted(gid for gid, fields in (expected.get("gpus") or {}).items() if fields["numa_node"] is None)
+    warned = sorted(
+        g["id"] for g in facts["gpus"]
+        if any(re.match(r"^GPU %s(:| reports numa_node \S+;) NUMA node unknown" % re.escape(g["id"]), w)
+               for w in facts["warnings"])
+    )
+    assert warned == null
+    node_ids = [n["id"] for n in facts["numa_nodes"]]
+    assert all(g["numa_node"] in node_ids for g in facts["gpus"] if g["numa_node"] is not None)
 
 
 def test_facts_from_capture_gpus_sorted_by_bus_id_then_index(machine):

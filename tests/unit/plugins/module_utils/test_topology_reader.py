@@ -147,3 +147,36 @@ def test_load_capture_unreadable_file_names_it(tmp_path):
 def test_load_capture_accepts_json_text_and_dict():
     assert load_capture('{"capture_version": 1, "hostname": "a"}')["hostname"] == "a"
     assert load_capture({"capture_version": 1}) == {"capture_version": 1}
+
+
+def hanging_binary(tmp_path):
+    """A stand-in nvidia-smi that never answers: the shell waits on a
+    child, so only killing the whole process group ends it."""
+    binary = tmp_path / "nvidia-smi-hangs"
+    binary.write_text("#!/bin/sh\nsleep 3600\n")
+    binary.chmod(0o755)
+    return str(binary)
+
+
+def test_live_reader_run_kills_command_after_timeout_and_notes_it(tmp_path):
+    reader = LiveReader(binaries={"nvidia-smi": hanging_binary(tmp_path)}, timeout=1)
+    assert reader.run("nvidia-smi topo -m") is None
+    assert reader.errors == ["nvidia-smi topo -m: no answer within 1 s (nvidia_smi_timeout); killed"]
+    # Once it hung, the binary is not started again in this run.
+    assert reader.run("nvidia-smi --query-gpu=index --format=csv") is None
+    assert reader.errors[1].endswith("not run, %s did not answer before" % hanging_binary(tmp_path))
+
+
+def test_gather_live_hung_nvidia_smi_warns_and_sysfs_still_answers(tmp_path):
+    from ansible_collections.gpufleet.numa.plugins.module_utils import topology
+
+    from sysfs_builder import SysfsBuilder, write_tree
+
+    b = SysfsBuilder().node(0, "0-3", memory_kb=1 << 20).online("0-3")
+    b.device("0000:01:00.0", ["pci0000:00", "0000:00:01.0"], "0x030200", "0x10de", numa_node="0", local_cpus="0-3")
+    write_tree(b.capture(), tmp_path / "root")
+    facts = topology.gather_live(root=str(tmp_path / "root"), nvidia_smi_binary=hanging_binary(tmp_path),
+                                 use_nvml=False, timeout=1)[0]
+    assert [(g["id"], g["numa_node"]) for g in facts["gpus"]] == [("0000:01:00.0", 0)]
+    assert facts["sources"] == ["sysfs"]
+    assert any(w.startswith("nvidia-smi --query-gpu") and "no answer within 1 s" in w for w in facts["warnings"])

@@ -31,8 +31,9 @@ def ansible_env():
     return env
 
 
-def ad_hoc(module, args=None, extra=()):
-    """Run `ansible localhost -m MODULE -a ARGS`; return (rc, result dict)."""
+def ad_hoc(module, args=None, extra=(), raw=False):
+    """Run `ansible localhost -m MODULE -a ARGS`; return (rc, result dict),
+    and with raw=True also everything ansible printed."""
     argv = [os.path.join(BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
             "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", module]
     if args:
@@ -42,6 +43,8 @@ def ad_hoc(module, args=None, extra=()):
                           universal_newlines=True, timeout=120, check=False)
     dummy_head, sep, payload = proc.stdout.partition("=>")
     assert sep, "no result in ansible output:\n%s\n%s" % (proc.stdout, proc.stderr)
+    if raw:
+        return proc.returncode, json.loads(payload), proc.stdout + proc.stderr
     return proc.returncode, json.loads(payload)
 
 
@@ -132,5 +135,86 @@ def test_numa_facts_ansible_doc_renders(name):
                           timeout=120, check=False)
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
     doc = list(json.loads(proc.stdout).values())[0]
-    assert set(doc["doc"]["options"]) == {"root", "record", "capture", "nvml", "nvidia_smi"}
+    assert set(doc["doc"]["options"]) == {"root", "record", "capture", "capture_max_bytes", "nvml", "nvidia_smi",
+                                          "nvidia_smi_timeout"}
     assert "numa_topology" in doc["return"]["ansible_facts"]["contains"]
+
+
+def escape_probe_tree(tmp_path):
+    """A two-GPU sysfs tree an attacker prepared: links out of the root to
+    /etc/passwd (relative and absolute), a FIFO, and a hanging nvidia-smi."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
+    from sysfs_builder import SysfsBuilder, write_tree
+
+    b = SysfsBuilder()
+    b.node(0, "0-1", memory_kb=1 << 20).node(1, "2-3", memory_kb=1 << 20).online("0-3")
+    b.device("0000:01:00.0", ["pci0000:00", "0000:00:01.0"], "0x030200", "0x10de", numa_node="0", local_cpus="0-1")
+    b.device("0000:81:00.0", ["pci0000:80", "0000:80:01.0"], "0x030200", "0x10de", numa_node="1", local_cpus="2-3")
+    root = tmp_path / "root"
+    write_tree(b.capture(), root)
+    node = root / "sys" / "devices" / "system" / "node"
+    (node / "node0" / "cpulist").unlink()
+    os.symlink("../" * 12 + "etc/passwd", str(node / "node0" / "cpulist"))
+    (node / "node1" / "meminfo").unlink()
+    os.symlink("/etc/passwd", str(node / "node1" / "meminfo"))
+    fifo = root / "sys" / "devices" / "pci0000:80" / "0000:80:01.0" / "0000:81:00.0" / "numa_node"
+    fifo.unlink()
+    os.mkfifo(str(fifo))
+    hangs = tmp_path / "nvidia-smi"
+    hangs.write_text("#!/bin/sh\nsleep 3600\n")
+    hangs.chmod(0o755)
+    return root, hangs
+
+
+def test_numa_facts_module_escape_probe_reads_nothing_outside_root(tmp_path):
+    root, hangs = escape_probe_tree(tmp_path)
+    rc, result, printed = ad_hoc(
+        "gpufleet.numa.numa_facts",
+        "root=%s nvml=false nvidia_smi=%s nvidia_smi_timeout=1" % (root, hangs), raw=True)
+    assert rc == 0, result
+    with open("/etc/passwd") as handle:
+        secrets = [line.strip() for line in handle if len(line.strip()) > 8]
+    assert secrets and not [line for line in secrets if line in printed]
+    assert "root:x:0:0" not in printed
+    facts = result["ansible_facts"]["numa_topology"]
+    warnings = facts["warnings"]
+    assert "/sys/devices/system/node/node0/cpulist: leads above the root %s; not read" % root in warnings
+    assert any(w.startswith("/sys/devices/system/node/node1/meminfo: symlink to '/etc/passwd': taken below the root")
+               for w in warnings), warnings
+    assert "/sys/bus/pci/devices/0000:81:00.0/numa_node: is a FIFO, not a regular file; not read" in warnings
+    assert any("no answer within 1 s" in w for w in warnings), warnings
+    assert facts["numa_nodes"][0]["cpus"] is None and facts["numa_nodes"][1]["memory_mb"] is None
+    assert [g["id"] for g in facts["gpus"]] == ["0000:01:00.0", "0000:81:00.0"]
+    # The topology warnings are Ansible warnings too.
+    assert "[WARNING]: /sys/devices/system/node/node0/cpulist: leads above the root" in printed
+
+
+def test_numa_facts_module_missing_root_fails_naming_it(tmp_path):
+    rc, result = ad_hoc("numa_facts", "root=%s" % (tmp_path / "gone"))
+    assert rc != 0
+    assert result["msg"] == "numa_facts: root %s does not exist" % (tmp_path / "gone")
+
+
+def test_numa_facts_action_replay_warnings_are_ansible_warnings():
+    path = os.path.join(MACHINES, "rtx3090_2gpu_threadripper_numa_na", "capture.yml")
+    rc, result, printed = ad_hoc("numa_facts", "capture=%s" % path, raw=True)
+    assert rc == 0, result
+    assert "GPU GPU0: NUMA node unknown (no source gives it)" in result["ansible_facts"]["numa_topology"]["warnings"]
+    assert "[WARNING]: GPU GPU0: NUMA node unknown (no source gives it)" in printed
+
+
+@pytest.mark.parametrize("text, args, problem", [
+    ("capture_version: 1\nnotes:\n  a: &a [x, x, x, x, x, x, x, x, x]\n"
+     + "".join("  %s: &%s [%s]\n" % (c, c, ",".join(["*" + p] * 9)) for p, c in zip("abcdefgh", "bcdefghi")),
+     "", "aliases expand to more than 10000 extra nodes"),
+    ("capture_version: 1\nnotes: " + "[" * 100000 + "]" * 100000 + "\n", "", "nested more than 32 levels deep"),
+    ("capture_version: 1\nnotes: %s\n" % ("x" * 300), "capture_max_bytes=100",
+     "is larger than 100 bytes (capture_max_bytes)"),
+])
+def test_numa_facts_action_hostile_capture_fails_cleanly(tmp_path, text, args, problem):
+    path = tmp_path / "hostile.yml"
+    path.write_text(text)
+    rc, result, printed = ad_hoc("numa_facts", "capture=%s %s" % (path, args), raw=True)
+    assert rc != 0
+    assert str(path) in result["msg"] and problem in result["msg"], result["msg"]
+    assert "Traceback" not in printed and "dead state" not in printed
