@@ -33,7 +33,7 @@ def load_artifact(text, name="<plan>"):
     if not isinstance(data, dict):
         raise ValueError("plan file %s must hold a JSON object, got %s" % (name, type(data).__name__))
     version = data.get("artifact_version")
-    if type(version) is not int or version != ARTIFACT_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version != ARTIFACT_VERSION:
         raise ValueError("plan file %s has artifact_version %r; this collection reads version %d"
                          % (name, version, ARTIFACT_VERSION))
     _check_plan(data, "plan file %s" % name)
