@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """What runs in a box, as JSON on stdout (verify.yml runs it with the
