@@ -62,6 +62,7 @@ class Client:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.workers = []
+        self.started = self.ended = None
 
     def _one(self):
         request = urllib.request.Request(self.url, data=self.body, headers={"Content-Type": "application/json"})
