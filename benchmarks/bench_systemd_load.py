@@ -165,7 +165,7 @@ def report(name, figures, note):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--gateway", default="http://127.0.77.11:8080", help="the gateway (loopback only)")
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--threads", type=int, default=4)
