@@ -8,7 +8,8 @@ script module; only Python 3's standard library is needed).
         process really got from the kernel: Cpus_allowed_list and
         Mems_allowed_list (/proc/PID/status), the memory policies of its
         mappings (/proc/PID/numa_maps), CUDA_* (/proc/PID/environ), its
-        argv, and the status of GET http://ADDRESS:PORT/health.
+        argv, the status of GET http://ADDRESS:PORT/health and the PID the
+        stand-in answering there reports (GET /debug/binding).
 
     probe.py gateway URL MODEL SECONDS INSTANCE...
         POSTs completions for MODEL to URL (the gateway) until every
@@ -55,14 +56,24 @@ def process(pid):
     }
 
 
-def health(address, port):
+def get(address, port, path):
+    """(HTTP status or error text, body) of GET http://ADDRESS:PORT/PATH."""
     try:
-        with urllib.request.urlopen("http://%s:%s/health" % (address, port), timeout=5) as answer:
-            return answer.status
+        with urllib.request.urlopen("http://%s:%s%s" % (address, port, path), timeout=5) as answer:
+            return answer.status, answer.read()
     except urllib.error.HTTPError as error:
-        return error.code
+        return error.code, b""
     except OSError as error:
-        return str(error)
+        return str(error), b""
+
+
+def serving_pid(address, port):
+    """PID of the process that answers on the port (the stand-in reports it)."""
+    status, body = get(address, port, "/debug/binding")
+    try:
+        return json.loads(body)["pid"] if status == 200 else None
+    except (ValueError, KeyError):
+        return None
 
 
 def units(address, specs):
@@ -72,7 +83,8 @@ def units(address, specs):
         show = systemctl_show(unit)
         pid = int(show.get("MainPID") or 0)
         report[unit] = {"show": show, "pid": pid, "process": process(pid) if pid else None,
-                        "health": health(address, port)}
+                        "health": get(address, port, "/health")[0],
+                        "serving_pid": serving_pid(address, port)}
     return report
 
 
