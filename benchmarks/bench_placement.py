@@ -117,7 +117,7 @@ def timed(fleet, exclude, tp, repeat):
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         best_wall = wall if best_wall is None else min(best_wall, wall)
         best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
-    return best_wall, best_cpu, plan, len(placement._SEARCH_CACHE)
+    return best_wall, best_cpu, plan, placement.cache_size()
 
 
 def uncached_search_cost(mix, tp):
