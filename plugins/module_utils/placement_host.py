@@ -90,12 +90,7 @@ def plan_host_validated(facts, opts, host=None, fleet_slots=None):
     groups are then built directly as fleet instances (name, ordinal, ports).
     """
     view = read_host_facts(facts, host)
-    exclude = opts["exclude_gpus"]
-    if exclude:
-        excluded = tuple(g.id in exclude or g.pci_bus_id in exclude or g.uuid in exclude for g in view.gpus)
-    else:
-        excluded = (False,) * len(view.gpus)
-    key = PlanKey(PlanOptions.of(opts), excluded, view.topology)
+    key = plan_key(view, opts)
     template = _TEMPLATES.get(key)
     if template is None:
         template = build_template(key, view.host, [g.id for g in view.gpus])
@@ -104,6 +99,16 @@ def plan_host_validated(facts, opts, host=None, fleet_slots=None):
         _TEMPLATES[key] = template
     slots = fleet_slots(len(template.groups), view.host) if fleet_slots is not None else None
     return instantiate(template, view, slots)
+
+
+def plan_key(view, opts):
+    """The PlanKey of a host (HostFacts from read_host_facts) under checked options."""
+    exclude = opts["exclude_gpus"]
+    if exclude:
+        excluded = tuple(g.id in exclude or g.pci_bus_id in exclude or g.uuid in exclude for g in view.gpus)
+    else:
+        excluded = (False,) * len(view.gpus)
+    return PlanKey(PlanOptions.of(opts), excluded, view.topology)
 
 
 # ---------------------------------------------------------------- template
