@@ -92,7 +92,6 @@ class HostFacts(NamedTuple):
 
 _NONE = type(None)
 _OPT_STR = frozenset((str, _NONE))
-_LINK_ROW = frozenset((str, _NONE))
 
 
 def _fail(host, path, rule, value):
@@ -110,7 +109,7 @@ def _is_mapping(value):
 def _text(host, path, value, allow_none=True):
     if value is None and allow_none:
         return None
-    if isinstance(value, str) and value:
+    if isinstance(value, str) and (value or allow_none):
         return str(value)
     _fail(host, path, "must be a string or null" if allow_none else "must be a non-empty string", value)
 
@@ -243,7 +242,7 @@ def _read_links(facts, host, ids):
         row[i] = None  # no self pairs
         rows.append(row)
     flat = list(itertools.chain.from_iterable(rows))
-    if not set(map(type, flat)) <= _LINK_ROW:
+    if not set(map(type, flat)) <= _OPT_STR:
         for i, row in enumerate(rows):
             for j, link in enumerate(row):
                 if link is not None and not isinstance(link, str):
@@ -337,7 +336,10 @@ def _read_smt(facts, host):
         path = "smt_siblings[%d]" % i
         if not isinstance(core, (list, tuple)):
             _fail(host, path, "must be a list of CPU ids", core)
-        out.append(tuple(_int(host, "%s[%d]" % (path, k), cpu) for k, cpu in enumerate(core)))
+        for k, cpu in enumerate(core):
+            if not _is_int(cpu):
+                _fail(host, "%s[%d]" % (path, k), "must be an integer (a CPU id)", cpu)
+        out.append(tuple(map(int, core)))
     return tuple(out)
 
 
@@ -370,17 +372,17 @@ def read_host_facts(facts, host=None):
     if name is not None and not isinstance(name, str):
         _fail(host, "hostname", "must be a string or null", name)
     warnings = []
-    gpus = _read_gpus(facts, host, warnings)
-    ids = [g[0].id for g in gpus]
+    rows = _read_gpus(facts, host, warnings)
+    gpus, gpu_nodes, gpu_local_cpus = zip(*rows) if rows else ((), (), ())
     topology = Topology(
-        gpu_nodes=tuple(g[1] for g in gpus),
-        gpu_local_cpus=tuple(g[2] for g in gpus),
-        links=_read_links(facts, host, ids),
+        gpu_nodes=gpu_nodes,
+        gpu_local_cpus=gpu_local_cpus,
+        links=_read_links(facts, host, [g.id for g in gpus]),
         nodes=_read_nodes(facts, host),
         sockets=_read_sockets(facts, host),
         smt_siblings=_read_smt(facts, host),
     )
-    return HostFacts(host, tuple(g[0] for g in gpus), topology, tuple(warnings))
+    return HostFacts(host, gpus, topology, tuple(warnings))
 
 
 def host_facts(host, value):

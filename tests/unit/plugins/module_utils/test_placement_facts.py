@@ -210,7 +210,7 @@ def test_read_host_facts_numa_node_minus_one_is_unknown_with_warning():
         (lambda f: f["numa_nodes"][0].update(cpus="0-x"), "numa_nodes[0].cpus must be a cpulist (bad element '0-x'"),
         (lambda f: f["numa_nodes"][0].update(distances={"a": 10}), "numa_nodes[0].distances keys must be NUMA node ids, got 'a'"),
         (lambda f: f["numa_nodes"][0].update(distances={"0": 10, 0: 11}), "numa_nodes[0].distances must name each node once"),
-        (lambda f: f.update(smt_siblings=[[0, 96], [1, "97"]]), "smt_siblings[1][1] must be an integer >= 0, got '97'"),
+        (lambda f: f.update(smt_siblings=[[0, 96], [1, "97"]]), "smt_siblings[1][1] must be an integer (a CPU id), got '97'"),
         (lambda f: f["links"]["0000:18:00.0"].update({"0000:19:00.0": 4}),
          "links['0000:18:00.0']['0000:19:00.0'] must be a link class or null, got 4"),
         (lambda f: f.update(schema_version="1"), "topology facts schema_version is '1', this collection reads 1"),
