@@ -19,18 +19,20 @@ work is done, one job each, by:
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import placement_host as _host
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import SCHEMA_VERSION  # noqa: F401
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement_fleet import (  # noqa: F401
-    plan_fleet,
-    plan_fleet_validated,
-)
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement_host import plan_host_validated  # noqa: F401
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import (  # noqa: F401
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import SCHEMA_VERSION
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_fleet import plan_fleet, plan_fleet_validated
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_host import plan_host_validated
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import (
     FLEET_OPTIONS,
     HOST_OPTIONS,
     PlacementError,
     validate_options,
 )
+
+__all__ = [
+    "FLEET_OPTIONS", "HOST_OPTIONS", "SCHEMA_VERSION", "PlacementError", "cache_size", "clear_cache",
+    "plan_fleet", "plan_fleet_validated", "plan_host", "plan_host_validated", "validate_options",
+]
 
 
 def plan_host(facts, host=None, **options):
