@@ -203,23 +203,18 @@ def _read_gpus(facts, host, warnings):
             node = _gpu_node(host, path + ".numa_node", node, warnings, gid)
         if local is not None:
             local = _cpulist_field(host, "gpus[%d].local_cpus" % i, local)
-        out.append((Gpu(gid, bus, index, uuid, name), node, local))
-    if len(set(e[0].id for e in out)) != len(out):
+        out.append(((bus is None, bus or "", index is None, index or 0, gid), Gpu(gid, bus, index, uuid, name), node, local))
+    if len(set(e[1].id for e in out)) != len(out):
         seen = set()
         for i, e in enumerate(out):
-            if e[0].id in seen:
-                raise PlacementError("host %s: %s.gpus[%d].id: GPU id %s appears twice" % (host, ROOT, i, e[0].id))
-            seen.add(e[0].id)
-    out.sort(key=_pci_order)
-    return out
+            if e[1].id in seen:
+                raise PlacementError("host %s: %s.gpus[%d].id: GPU id %s appears twice" % (host, ROOT, i, e[1].id))
+            seen.add(e[1].id)
+    out.sort()  # PCI order: the key is first, and unique (it ends with the id)
+    return [e[1:] for e in out]
 
 
 _GPU_FIELDS = ("id", "pci_bus_id", "index", "uuid", "name", "numa_node", "local_cpus")
-
-
-def _pci_order(entry):
-    gpu = entry[0]
-    return (gpu.pci_bus_id is None, gpu.pci_bus_id or "", gpu.index is None, gpu.index or 0, gpu.id)
 
 
 def _read_links(facts, host, ids):
@@ -269,8 +264,14 @@ def _read_links(facts, host, ids):
 
 
 def _read_distances(host, path, raw):
-    if raw is None:
-        return ()
+    """A SLIT row: node id (int, or its decimal string after JSON) -> distance."""
+    if type(raw) is dict:
+        values = list(raw.values())
+        if (set(map(type, values)) <= _INT and min(values) >= 0
+                and all((type(k) is str and k.isdecimal() and k.isascii()) or (type(k) is int and k >= 0) for k in raw)):
+            pairs = dict((int(k), v) for k, v in raw.items())
+            if len(pairs) == len(raw):
+                return tuple(sorted(pairs.items()))
     _mapping(host, path, raw)
     pairs = {}
     for key, value in raw.items():
@@ -290,17 +291,25 @@ def _read_nodes(facts, host):
     """NUMA nodes by id."""
     nodes = {}
     for i, entry in enumerate(_list(host, "numa_nodes", facts.get("numa_nodes"))):
-        path = "numa_nodes[%d]" % i
-        _mapping(host, path, entry)
+        if not _is_mapping(entry):
+            _fail(host, "numa_nodes[%d]" % i, "must be a mapping", entry)
         node_id, cpus, socket, distances = map(entry.get, _NODE_FIELDS)
         if not (type(node_id) is int and node_id >= 0 and (socket is None or (type(socket) is int and socket >= 0))):
-            node_id = _int(host, path + ".id", node_id)
-            socket = _opt_int(host, path + ".socket", socket)
+            node_id = _int(host, "numa_nodes[%d].id" % i, node_id)
+            socket = _opt_int(host, "numa_nodes[%d].socket" % i, socket)
         if node_id in nodes:
-            raise PlacementError("host %s: %s.%s.id: NUMA node %d appears twice" % (host, ROOT, path, node_id))
-        cpus = _cpulist_field(host, path + ".cpus", cpus) or ""
-        distances = _read_distances(host, path + ".distances", distances) if distances else ()
-        nodes[node_id] = Node(node_id, cpus, socket, distances)
+            raise PlacementError("host %s: %s.numa_nodes[%d].id: NUMA node %d appears twice" % (host, ROOT, i, node_id))
+        if cpus is not None:
+            cpus = _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus) if type(cpus) is not str else cpus
+            try:
+                cpulist_cpus(cpus)
+            except ValueError:
+                _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus)
+        if distances:
+            distances = _read_distances(host, "numa_nodes[%d].distances" % i, distances)
+        elif distances is not None and not _is_mapping(distances):
+            _fail(host, "numa_nodes[%d].distances" % i, "must be a mapping", distances)
+        nodes[node_id] = Node(node_id, cpus or "", socket, distances or ())
     return tuple(nodes[n] for n in sorted(nodes))
 
 
@@ -310,13 +319,14 @@ _NODE_FIELDS = ("id", "cpus", "socket", "distances")
 def _read_sockets(facts, host):
     out = []
     for i, entry in enumerate(_list(host, "sockets", facts.get("sockets"))):
-        path = "sockets[%d]" % i
-        _mapping(host, path, entry)
+        if not _is_mapping(entry):
+            _fail(host, "sockets[%d]" % i, "must be a mapping", entry)
         sid, members = entry.get("id"), entry.get("numa_nodes")
         if ((sid is None or (type(sid) is int and sid >= 0)) and type(members) is list
                 and set(map(type, members)) <= _INT and (not members or min(members) >= 0)):
             out.append(Socket(sid, tuple(members)))
             continue
+        path = "sockets[%d]" % i
         sid = _opt_int(host, path + ".id", sid)
         members = tuple(
             _int(host, "%s.numa_nodes[%d]" % (path, k), n)
