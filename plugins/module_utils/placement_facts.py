@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 from collections.abc import Mapping
 from typing import NamedTuple, Optional
 
@@ -92,6 +93,7 @@ class HostFacts(NamedTuple):
 
 _NONE = type(None)
 _OPT_STR = frozenset((str, _NONE))
+_STR = frozenset((str,))
 
 
 def _fail(host, path, rule, value):
@@ -188,9 +190,12 @@ def _read_gpus(facts, host, warnings):
         _fail(host, "gpus", "must be a list", gpus)
     out = []
     for i, gpu in enumerate(gpus):
-        if not _is_mapping(gpu):
+        if type(gpu) is dict and _GPU_FIELDS.issubset(gpu.keys()):
+            gid, bus, index, uuid, name, node, local = _gpu_fields(gpu)
+        elif _is_mapping(gpu):
+            gid, bus, index, uuid, name, node, local = map(gpu.get, _GPU_FIELD_ORDER)  # missing is null
+        else:
             _fail(host, "gpus[%d]" % i, "must be a mapping", gpu)
-        gid, bus, index, uuid, name, node, local = map(gpu.get, _GPU_FIELDS)
         if not (type(gid) is str and gid and type(bus) in _OPT_STR and type(uuid) in _OPT_STR
                 and type(name) in _OPT_STR and (index is None or (type(index) is int and index >= 0))
                 and (node is None or (type(node) is int and node >= 0))):
@@ -202,7 +207,12 @@ def _read_gpus(facts, host, warnings):
             name = _text(host, path + ".name", name)
             node = _gpu_node(host, path + ".numa_node", node, warnings, gid)
         if local is not None:
-            local = _cpulist_field(host, "gpus[%d].local_cpus" % i, local)
+            if type(local) is not str:
+                local = _cpulist_field(host, "gpus[%d].local_cpus" % i, local)
+            try:
+                cpulist_cpus(local)
+            except ValueError:
+                _cpulist_field(host, "gpus[%d].local_cpus" % i, local)
         out.append(((bus is None, bus or "", index is None, index or 0, gid), Gpu(gid, bus, index, uuid, name), node, local))
     if len(set(e[1].id for e in out)) != len(out):
         seen = set()
@@ -214,7 +224,9 @@ def _read_gpus(facts, host, warnings):
     return [e[1:] for e in out]
 
 
-_GPU_FIELDS = ("id", "pci_bus_id", "index", "uuid", "name", "numa_node", "local_cpus")
+_GPU_FIELD_ORDER = ("id", "pci_bus_id", "index", "uuid", "name", "numa_node", "local_cpus")
+_GPU_FIELDS = frozenset(_GPU_FIELD_ORDER)
+_gpu_fields = operator.itemgetter(*_GPU_FIELD_ORDER)
 
 
 def _read_links(facts, host, ids):
@@ -263,15 +275,29 @@ def _read_links(facts, host, ids):
     return tuple(map(tuple, rows))
 
 
+@functools.lru_cache(maxsize=1024)
+def _slit_row(items):
+    """((node, distance), ...) by node from a SLIT row's (str key, int distance) items, or ValueError.
+
+    Hosts of one kind share their rows: each distinct row is checked once."""
+    pairs = {}
+    for key, value in items:
+        if not (key.isdecimal() and key.isascii()) or value < 0:
+            raise ValueError(key)
+        pairs[int(key)] = value
+    if len(pairs) != len(items):
+        raise ValueError(items)
+    return tuple(sorted(pairs.items()))
+
+
 def _read_distances(host, path, raw):
     """A SLIT row: node id (int, or its decimal string after JSON) -> distance."""
-    if type(raw) is dict:
-        values = list(raw.values())
-        if (set(map(type, values)) <= _INT and min(values) >= 0
-                and all((type(k) is str and k.isdecimal() and k.isascii()) or (type(k) is int and k >= 0) for k in raw)):
-            pairs = dict((int(k), v) for k, v in raw.items())
-            if len(pairs) == len(raw):
-                return tuple(sorted(pairs.items()))
+    # exact types first: lru_cache compares keys with ==, and 10 == 10.0 == True
+    if type(raw) is dict and set(map(type, raw)) <= _STR and set(map(type, raw.values())) <= _INT:
+        try:
+            return _slit_row(tuple(raw.items()))
+        except ValueError:
+            pass  # the checks below say what is wrong
     _mapping(host, path, raw)
     pairs = {}
     for key, value in raw.items():
