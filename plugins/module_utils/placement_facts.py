@@ -94,6 +94,7 @@ class HostFacts(NamedTuple):
 _NONE = type(None)
 _OPT_STR = frozenset((str, _NONE))
 _STR = frozenset((str,))
+_OPT_INT = frozenset((int, _NONE))
 
 
 def _fail(host, path, rule, value):
@@ -184,48 +185,81 @@ def _gpu_node(host, path, value, warnings, gid):
 
 
 def _read_gpus(facts, host, warnings):
-    """GPUs in PCI order (GPUs without a bus id after those with one, by index): (Gpu, node, local_cpus) each."""
+    """(Gpu, numa node, local_cpus) per GPU, in PCI order (GPUs without a bus id after those with one, by index)."""
     gpus = facts.get("gpus")
     if not isinstance(gpus, (list, tuple)):
         _fail(host, "gpus", "must be a list", gpus)
+    columns = _plain_gpu_columns(gpus)
+    if columns is None:
+        return _read_gpus_one_by_one(gpus, host, warnings)
+    ids, buses, indices, uuids, names, nodes, local = columns
+    identities = list(map(tuple.__new__, itertools.repeat(Gpu), zip(ids, buses, indices, uuids, names)))
+    rows = list(zip(identities, nodes, local))
+    if None in buses or list(buses) != sorted(buses):
+        rows.sort(key=_pci_order)
+    return rows
+
+
+def _plain_gpu_columns(gpus):
+    """The GPU fields as columns when every GPU holds every field in plain, valid values; else None."""
+    try:
+        rows = list(map(_gpu_fields, gpus))
+    except (TypeError, KeyError, IndexError):
+        return None  # not a dict, or a field missing
+    if not rows:
+        return ((),) * len(_GPU_FIELD_ORDER)
+    ids, buses, indices, uuids, names, nodes, local = columns = tuple(zip(*rows))
+    if not (set(map(type, ids)) <= _STR and all(ids) and len(set(ids)) == len(ids)
+            and set(map(type, buses)) <= _OPT_STR and set(map(type, uuids)) <= _OPT_STR
+            and set(map(type, names)) <= _OPT_STR and set(map(type, local)) <= _OPT_STR
+            and set(map(type, indices)) <= _OPT_INT and set(map(type, nodes)) <= _OPT_INT
+            and min(filter(_is_not_none, indices), default=0) >= 0
+            and min(filter(_is_not_none, nodes), default=0) >= 0):
+        return None
+    try:
+        for text in set(local):
+            if text is not None:
+                cpulist_cpus(text)
+    except ValueError:
+        return None
+    return columns
+
+
+def _is_not_none(value):
+    return value is not None
+
+
+def _pci_order(row):
+    gpu = row[0]
+    return (gpu.pci_bus_id is None, gpu.pci_bus_id or "", gpu.index is None, gpu.index or 0, gpu.id)
+
+
+def _read_gpus_one_by_one(gpus, host, warnings):
+    """_read_gpus for anything but plain valid GPUs: say what is wrong, or make the values plain."""
     out = []
     for i, gpu in enumerate(gpus):
-        if type(gpu) is dict and _GPU_FIELDS.issubset(gpu.keys()):
-            gid, bus, index, uuid, name, node, local = _gpu_fields(gpu)
-        elif _is_mapping(gpu):
-            gid, bus, index, uuid, name, node, local = map(gpu.get, _GPU_FIELD_ORDER)  # missing is null
-        else:
+        if not _is_mapping(gpu):
             _fail(host, "gpus[%d]" % i, "must be a mapping", gpu)
-        if not (type(gid) is str and gid and type(bus) in _OPT_STR and type(uuid) in _OPT_STR
-                and type(name) in _OPT_STR and (index is None or (type(index) is int and index >= 0))
-                and (node is None or (type(node) is int and node >= 0))):
-            path = "gpus[%d]" % i
-            gid = _text(host, path + ".id", gid, allow_none=False)
-            bus = _text(host, path + ".pci_bus_id", bus)
-            index = _opt_int(host, path + ".index", index)
-            uuid = _text(host, path + ".uuid", uuid)
-            name = _text(host, path + ".name", name)
-            node = _gpu_node(host, path + ".numa_node", node, warnings, gid)
-        if local is not None:
-            if type(local) is not str:
-                local = _cpulist_field(host, "gpus[%d].local_cpus" % i, local)
-            try:
-                cpulist_cpus(local)
-            except ValueError:
-                _cpulist_field(host, "gpus[%d].local_cpus" % i, local)
-        out.append(((bus is None, bus or "", index is None, index or 0, gid), Gpu(gid, bus, index, uuid, name), node, local))
-    if len(set(e[1].id for e in out)) != len(out):
-        seen = set()
-        for i, e in enumerate(out):
-            if e[1].id in seen:
-                raise PlacementError("host %s: %s.gpus[%d].id: GPU id %s appears twice" % (host, ROOT, i, e[1].id))
-            seen.add(e[1].id)
-    out.sort()  # PCI order: the key is first, and unique (it ends with the id)
-    return [e[1:] for e in out]
+        gid, bus, index, uuid, name, node, local = map(gpu.get, _GPU_FIELD_ORDER)  # missing is null
+        path = "gpus[%d]" % i
+        gid = _text(host, path + ".id", gid, allow_none=False)
+        bus = _text(host, path + ".pci_bus_id", bus)
+        index = _opt_int(host, path + ".index", index)
+        uuid = _text(host, path + ".uuid", uuid)
+        name = _text(host, path + ".name", name)
+        node = _gpu_node(host, path + ".numa_node", node, warnings, gid)
+        local = _cpulist_field(host, path + ".local_cpus", local)
+        out.append((Gpu(gid, bus, index, uuid, name), node, local))
+    seen = set()
+    for i, row in enumerate(out):
+        if row[0].id in seen:
+            raise PlacementError("host %s: %s.gpus[%d].id: GPU id %s appears twice" % (host, ROOT, i, row[0].id))
+        seen.add(row[0].id)
+    out.sort(key=_pci_order)
+    return out
 
 
 _GPU_FIELD_ORDER = ("id", "pci_bus_id", "index", "uuid", "name", "numa_node", "local_cpus")
-_GPU_FIELDS = frozenset(_GPU_FIELD_ORDER)
 _gpu_fields = operator.itemgetter(*_GPU_FIELD_ORDER)
 
 
