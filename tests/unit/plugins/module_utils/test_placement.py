@@ -473,7 +473,7 @@ def test_plan_fleet_name_prefix_and_strides():
         ("llama-0", 8000, [29000, 29999]), ("llama-1", 8010, [30000, 30999])]
 
 
-def test_plan_fleet_identical_hosts_share_one_search():
+def test_plan_fleet_identical_hosts_share_one_template_and_search():
     placement.clear_cache()
     hosts = dict(("h%03d" % i, h100_nvswitch("h%03d" % i)) for i in range(50))
     placement.plan_fleet(hosts, tp_size=2)
