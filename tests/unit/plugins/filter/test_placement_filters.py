@@ -311,7 +311,21 @@ def mutated_facts(draw):
     facts = copy.deepcopy(BASES[name])
     mutated = []
     for _step in range(draw(st.integers(1, 3))):
-        if draw(st.integers(0, 3)) == 0:
+        step = draw(st.integers(0, 3))
+        gpus = facts.get("gpus")
+        if step == 1 and isinstance(gpus, list) and gpus:
+            # one GPU, or one of its fields: the part of the facts with the most fields the planner reads
+            i = draw(st.integers(0, len(gpus) - 1))
+            fields = sorted(gpus[i]) if isinstance(gpus[i], dict) else []
+            field = draw(st.sampled_from([None] + fields))
+            parent, key = (gpus, i) if field is None else (gpus[i], field)
+            if field is not None and draw(st.booleans()):
+                del parent[key]
+            else:
+                parent[key] = draw(WRONG)
+            mutated.append("gpus[%d]" % i + ("" if field is None else "." + field))
+            continue
+        if step == 0:
             # a NUMA node or socket reference: negative (-1 is the kernel's "unknown"), null or mistyped
             refs = [p for p in _node_refs(facts)]
             if refs:
