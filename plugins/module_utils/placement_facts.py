@@ -7,7 +7,8 @@ The one place where the facts (docs/facts.md, schema 1) given to the
 planner are checked: every field the planner reads, its shape and its
 type. Anything else fails with a PlacementError naming the host and the
 field path ("host gpu-a: numa_topology.gpus[3].numa_node must be an
-integer or null, got 'x'"). Fields the planner does not read (memory_mb,
+integer >= 0, -1 (unknown) or null, got 'x'"). A numa_node of -1 (the
+kernel's NUMA_NO_NODE) reads as unknown, with a warning. Fields the planner does not read (memory_mb,
 vendor, pcie, nics, ...) are neither checked nor kept.
 
 The result is a frozen view in plain types: the GPUs' identities in PCI
@@ -94,7 +95,9 @@ class HostFacts(NamedTuple):
 _NONE = type(None)
 _OPT_STR = frozenset((str, _NONE))
 _STR = frozenset((str,))
+_INT = frozenset((int,))
 _OPT_INT = frozenset((int, _NONE))
+_CPU_LISTS = frozenset((list, tuple))
 
 
 def _fail(host, path, rule, value):
@@ -411,10 +414,6 @@ def _read_smt(facts, host):
                 _fail(host, "%s[%d]" % (path, k), "must be an integer (a CPU id)", cpu)
         out.append(tuple(map(int, core)))
     return tuple(out)
-
-
-_CPU_LISTS = frozenset((list, tuple))
-_INT = frozenset((int,))
 
 
 def host_name(facts, host=None):
