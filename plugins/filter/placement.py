@@ -9,9 +9,8 @@ Thin shells around module_utils/placement.py; see docs/placement.md.
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import placement
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement, value_checks
 
 
 def _plain(value):
@@ -49,13 +48,16 @@ def _coerce(options):
     out = dict(options)
     for name in _INT_OPTIONS:
         value = out.get(name)
-        if isinstance(value, str) and value.strip().isdigit():
-            out[name] = int(value)
+        if isinstance(value, str):
+            try:
+                out[name] = value_checks.integer(name, value)
+            except ValueError:
+                pass
     value = out.get("allow_span")
     if isinstance(value, str):
         try:
-            out["allow_span"] = boolean(value, strict=True)
-        except TypeError:
+            out["allow_span"] = value_checks.boolean("allow_span", value)
+        except ValueError:
             pass
     return out
 
@@ -75,14 +77,18 @@ def fleet_plan(fleet, tp_size=None, **options):
     The input is called fleet because `hosts` is an option (which hosts to plan).
     """
     try:
-        options = _coerce(dict(_plain(options), tp_size=_plain(tp_size)))
-        return placement.plan_fleet(_plain_hosts(fleet, options.get("hosts")), **options)
+        opts = placement.validate_options(_coerce(dict(_plain(options), tp_size=_plain(tp_size))),
+                                          placement.FLEET_OPTIONS)
+        return placement.plan_fleet_validated(_host_facts(fleet, opts["hosts"]), opts)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan: %s" % exc)
 
 
-def _plain_hosts(hosts, wanted=None):
-    """Each host's facts (hostvars holds much more); only the wanted hosts are read."""
+def _host_facts(hosts, wanted=None):
+    """host -> {"numa_topology": facts} for the wanted hosts (hostvars holds much more; only these are read).
+
+    Facts are read, never modified; the planner checks them and builds the plan from plain values.
+    """
     if not hasattr(hosts, "keys"):
         raise AnsibleFilterError(
             "gpufleet.numa.fleet_plan: input must be a mapping host -> vars or facts (e.g. hostvars), got %s"
@@ -102,8 +108,7 @@ def _plain_hosts(hosts, wanted=None):
                     facts = ansible_facts.get("numa_topology")
                 if facts is None:
                     facts = value.get("numa_topology")
-        # facts are read, never modified; the plan is built from plain values
-        out[str(host)] = facts
+        out[str(host)] = None if facts is None else {"numa_topology": facts}
     return out
 
 

@@ -372,9 +372,9 @@ def test_plan_host_rejects_bad_options(options, message):
     "mutate, message",
     [
         (lambda f: f.update(schema_version=2), "schema_version is 2"),
-        (lambda f: f.pop("gpus"), "no gpus list"),
-        (lambda f: f["gpus"][0].pop("id"), "gpus\\[0\\] has no id"),
-        (lambda f: f["gpus"][0].update(numa_node="0"), "numa_node '0'"),
+        (lambda f: f.pop("gpus"), "numa_topology.gpus must be a list, got None"),
+        (lambda f: f["gpus"][0].pop("id"), "numa_topology.gpus\\[0\\].id must be a non-empty string"),
+        (lambda f: f["gpus"][0].update(numa_node="0"), "numa_topology.gpus\\[0\\].numa_node must be an integer .*got '0'"),
         (lambda f: f["links"]["0000:18:00.0"].update({"0000:19:00.0": "NVX"}), "unknown link class 'NVX'"),
     ],
 )
@@ -473,11 +473,11 @@ def test_plan_fleet_name_prefix_and_strides():
         ("llama-0", 8000, [29000, 29999]), ("llama-1", 8010, [30000, 30999])]
 
 
-def test_plan_fleet_identical_hosts_share_one_search():
+def test_plan_fleet_identical_hosts_share_one_template_and_search():
     placement.clear_cache()
     hosts = dict(("h%03d" % i, h100_nvswitch("h%03d" % i)) for i in range(50))
     placement.plan_fleet(hosts, tp_size=2)
-    assert len(placement._SEARCH_CACHE) == 1
+    assert placement.cache_size() == 1
 
 
 # ---------------------------------------------------------------- recorded fixtures

@@ -16,7 +16,7 @@ def make_facts(hostname, nodes, gpu_nodes, link, smt=None, sockets=True, bus_bas
     """Build facts.
 
     nodes: {node_id: (socket or None, cpulist)}
-    gpu_nodes: NUMA node per GPU, in PCI order (None = unknown)
+    gpu_nodes: NUMA node per GPU, in PCI order (None or -1 = unknown)
     link(i, j): link class between GPU i and GPU j
     smt: list of sibling lists or None for []
     sockets: False to leave the sockets list empty (a topo -m-only capture)
@@ -33,7 +33,7 @@ def make_facts(hostname, nodes, gpu_nodes, link, smt=None, sockets=True, bus_bas
                 "name": "Test GPU",
                 "vendor": "nvidia",
                 "numa_node": node,
-                "local_cpus": nodes[node][1] if node is not None else None,
+                "local_cpus": nodes[node][1] if node in nodes else None,
                 "memory_mb": 81559,
                 "mig_mode": "disabled",
                 "pcie": None,

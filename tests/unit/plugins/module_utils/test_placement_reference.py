@@ -48,7 +48,7 @@ def _host_view(facts, exclude):
     node_socket = _sockets_of(facts)
     usable = [
         g for g in gpus
-        if g["numa_node"] is not None and not ({g["id"], g.get("pci_bus_id"), g.get("uuid")} & set(exclude))
+        if g["numa_node"] not in (None, -1) and not ({g["id"], g.get("pci_bus_id"), g.get("uuid")} & set(exclude))
     ]
     nodes = [g["numa_node"] for g in usable]
     sockets = [node_socket.get(n, ("own", n)) if node_socket.get(n) is not None else ("own", n) for n in nodes]
@@ -249,7 +249,8 @@ def random_host(rng, case):
             nodes[s * per_socket + k] = (s, format_cpulist(threads))
     n_gpus = rng.randint(0, 16)
     palette = rng.sample(LINKS, rng.randint(1, 4))
-    gpu_nodes = [None if rng.random() < 0.04 else rng.choice(sorted(nodes)) for _gpu in range(n_gpus)]
+    # unknown NUMA nodes: null, or -1 as sysfs reads it
+    gpu_nodes = [rng.choice([None, -1]) if rng.random() < 0.04 else rng.choice(sorted(nodes)) for _gpu in range(n_gpus)]
     table = {}
     for i in range(n_gpus):
         for j in range(i + 1, n_gpus):

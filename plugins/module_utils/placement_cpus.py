@@ -1,0 +1,188 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Placement, part 3: the CPUs of each instance (rule 5 of docs/placement.md).
+
+Each instance gets the CPUs of its own NUMA node(s), minus the reserved
+housekeeping cores; instances sharing a node split it by physical core in
+proportion to their GPUs there. Reads only the host's Topology
+(placement_facts.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import cpulist as _cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import cpulist_cpus
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import PlacementError
+
+
+class CpuSet(NamedTuple):
+    cpus: str  # cpulist; "" when no CPUs are known
+    shared_node: bool  # another instance takes CPUs from the same node
+    whole_nodes: bool  # exactly all CPUs of the instance's nodes (bind by node)
+
+
+def fmt_ints(values):
+    return ",".join(str(v) for v in values)
+
+
+def node_sockets(topology):
+    """NUMA node -> socket id from either side of the facts; missing = unknown."""
+    result = {}
+    for sock in topology.sockets:
+        if sock.id is not None:
+            for n in sock.numa_nodes:
+                result[n] = sock.id
+    for node in topology.nodes:
+        if node.socket is not None:
+            result[node.id] = node.socket
+    return result
+
+
+def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
+    """(CpuSet per instance, notes).
+
+    inst_nodes: per instance, ((node, GPUs of the instance on it), ...) sorted by node.
+    """
+    notes = []
+    node_cpus = dict((n.id, cpulist_cpus(n.cpus)) for n in topology.nodes)
+    for entry in inst_nodes:
+        for n, _w in entry:
+            if n not in node_cpus:
+                node_cpus[n] = _gpu_local_cpus(topology, n)
+                notes.append("NUMA node %d is not in numa_nodes; using its GPUs' local_cpus (%s)" % (
+                    n, _cpulist.format_cpulist(node_cpus[n]) or "none"))
+    core_of = {}
+    for core in topology.smt_siblings:
+        for cpu in core:
+            core_of[cpu] = tuple(sorted(core))
+    smt = bool(topology.smt_siblings)
+
+    def cores(cpus):
+        """Physical cores (tuples of threads) of a CPU set, by lowest thread."""
+        if smt:
+            seen = {}
+            for cpu in cpus:
+                core = core_of.get(cpu, (cpu,))
+                seen[core] = tuple(c for c in core if c in cpus)
+            return sorted(seen.values())
+        return [(c,) for c in sorted(cpus)]
+
+    # Reserved housekeeping CPUs: the first N physical cores of each socket.
+    available = dict((n, set(c)) for n, c in node_cpus.items())
+    if reserved:
+        sockets = {}
+        for n in node_cpus:
+            label = node_socket.get(n)
+            sockets.setdefault(("node", n) if label is None else label, set()).update(node_cpus[n])
+        taken = set()
+        for cpus in sockets.values():
+            for core in cores(cpus)[:reserved]:
+                taken.update(core)
+        for n in available:
+            if node_cpus[n] and not (available[n] - taken):
+                raise PlacementError("host %s: reserved_cpus_per_socket %d leaves no CPUs on NUMA node %d"
+                                     % (host, reserved, n))
+            available[n] -= taken
+
+    # Which nodes give each instance its CPUs (never a memory-only node).
+    sources = []
+    for idx, entry in enumerate(inst_nodes):
+        src = [(n, w) for n, w in entry if available.get(n)]
+        if not src:
+            fallback = _nearest_cpu_node(topology, entry[0][0], node_socket, available)
+            if fallback is None:
+                notes.append("instance %d: no CPUs known for NUMA node(s) %s; not CPU-pinned" % (
+                    idx, fmt_ints(n for n, _w in entry)))
+            else:
+                notes.append("instance %d: NUMA node(s) %s have no CPUs; using CPUs of nearest node %d" % (
+                    idx, fmt_ints(n for n, _w in entry), fallback))
+                src = [(fallback, 1)]
+        sources.append(src)
+
+    users = {}
+    for idx, src in enumerate(sources):
+        for n, w in src:
+            users.setdefault(n, []).append((idx, w))
+    parts = [set() for _inst in inst_nodes]
+    shared = [False] * len(inst_nodes)
+    for n, members in users.items():
+        cpus = available[n]
+        if len(members) == 1:
+            parts[members[0][0]].update(cpus)
+            continue
+        for idx, _w in members:
+            shared[idx] = True
+        # by physical core; without SMT information, contiguous runs of the cpulist
+        units = cores(cpus)
+        if len(units) < len(members):
+            units = [(c,) for c in sorted(cpus)]
+            if len(units) >= len(members):
+                notes.append("NUMA node %d has fewer physical cores than the %d instances sharing it; "
+                             "SMT siblings split between them" % (n, len(members)))
+        if len(units) < len(members):
+            notes.append("NUMA node %d has %d CPUs for %d instances; their CPU sets overlap" % (
+                n, len(units), len(members)))
+            for k, (idx, _w) in enumerate(members):
+                parts[idx].update(units[k % len(units)] if units else ())
+            continue
+        for (idx, _w), chunk in zip(members, _split(units, [w for _i, w in members])):
+            for unit in chunk:
+                parts[idx].update(unit)
+    plan = []
+    for i, part in enumerate(parts):
+        # Whole nodes: binding by node (numactl --cpunodebind) means the same
+        # CPUs; otherwise (reserved cores, shared or borrowed nodes) bind by CPU list.
+        node_set = set()
+        for n, _w in inst_nodes[i]:
+            node_set.update(node_cpus.get(n) or ())
+        plan.append(CpuSet(_cpulist.format_cpulist(part), shared[i], bool(part) and part == node_set))
+    return plan, notes
+
+
+def _gpu_local_cpus(topology, node):
+    """CPUs of a node missing from numa_nodes: the local_cpus of its GPUs."""
+    cpus = set()
+    for n, local in zip(topology.gpu_nodes, topology.gpu_local_cpus):
+        if n == node and local:
+            cpus.update(cpulist_cpus(local))
+    return tuple(sorted(cpus))
+
+
+def _split(units, weights):
+    """Consecutive chunks of units, sized in proportion to weights, each >= 1."""
+    total = sum(weights)
+    count = len(units)
+    sizes = [max(1, count * w // total) for w in weights]
+    # hand out what rounding left, earliest first; take back from the largest if over
+    i = 0
+    while sum(sizes) < count:
+        sizes[i % len(sizes)] += 1
+        i += 1
+    while sum(sizes) > count:
+        biggest = max(range(len(sizes)), key=lambda k: sizes[k])
+        sizes[biggest] -= 1
+    out = []
+    start = 0
+    for size in sizes:
+        out.append(units[start : start + size])
+        start += size
+    return out
+
+
+def _nearest_cpu_node(topology, node, node_socket, available):
+    """The node of the same socket with CPUs left that is nearest by SLIT distance."""
+    distances = {}
+    for entry in topology.nodes:
+        if entry.id == node:
+            distances = dict(entry.distances)
+    same_socket = node_socket.get(node)
+    candidates = [
+        n for n in sorted(available)
+        if available[n] and same_socket is not None and node_socket.get(n) == same_socket
+    ]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda n: (distances.get(n, 1000), n))

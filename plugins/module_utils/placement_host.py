@@ -1,0 +1,384 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Placement, part 2: the plan of one host (docs/plan.md, socket_local_groups).
+
+A host's plan is built in two steps:
+
+- a template: the plan by GPU position, free of identities, a function of
+  PlanKey alone (the host's Topology as placement_facts.py read it, which
+  GPUs are excluded, the options). Templates are memoised on that key, so
+  a fleet of identical machines costs one search and one template;
+- the plan: the template with this host's name and GPU identities.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement_search as _search
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_cpus import assign_cpus, fmt_ints, node_sockets
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import link_score, read_host_facts
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import Topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import PlacementError, PlanOptions
+
+# Score of a GPU pair the facts hold no link for: below SYS, never assumed.
+UNKNOWN_LINK_SCORE = -1
+
+_CACHE_LIMIT = 4096
+_TEMPLATES = {}
+
+
+def clear_cache():
+    """Forget memoised templates (benchmarks use it to time a cold plan)."""
+    _TEMPLATES.clear()
+
+
+def cache_size():
+    return len(_TEMPLATES)
+
+
+class PlanKey(NamedTuple):
+    """Everything a host's template depends on: the cache key, and the template's only input."""
+
+    options: PlanOptions
+    excluded: tuple  # per GPU position (PCI order): excluded by exclude_gpus
+    topology: Topology
+
+
+class StageTemplate(NamedTuple):
+    positions: tuple  # GPU positions (PCI order) of the stage
+    numa_nodes: tuple
+    socket: Optional[int]  # None when unknown or the stage spans sockets
+    sockets: tuple
+    worst_link: Optional[str]
+
+
+class GroupTemplate(NamedTuple):
+    stages: tuple  # StageTemplate, pipeline order
+    numa_nodes: tuple
+    sockets: tuple
+    cpus: str
+    cpus_shared_node: bool
+    cpus_whole_nodes: bool
+    memory_policy: str
+    worst_link: Optional[str]
+    reason: str
+
+
+class HostTemplate(NamedTuple):
+    groups: tuple  # GroupTemplate, ordered by first GPU in PCI order
+    unused: tuple  # (position, reason), by position
+    unknown_node: tuple  # positions of placeable-but-unknown-node GPUs (one warning each)
+    missing_links: tuple  # (count, (position, position) of the first) or ()
+    notes: tuple  # warnings free of identities
+
+
+class FleetSlots(NamedTuple):
+    """What turns a group into a fleet instance: per ordinal (name, API port, VLLM_PORT base)."""
+
+    tp_size: int
+    pp_size: int
+    slots: list
+    range_last: int  # dist_port_range is [dist_port, dist_port + range_last]
+
+
+def plan_host_validated(facts, opts, host=None, fleet_slots=None):
+    """Plan one host for options already checked by validate_options.
+
+    fleet_slots(count, host) -> FleetSlots, when planning for a fleet: the
+    groups are then built directly as fleet instances (name, ordinal, ports).
+    """
+    view = read_host_facts(facts, host)
+    key = plan_key(view, opts)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        template = build_template(key, view.host, [g.id for g in view.gpus])
+        if len(_TEMPLATES) >= _CACHE_LIMIT:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = template
+    slots = fleet_slots(len(template.groups), view.host) if fleet_slots is not None else None
+    return instantiate(template, view, slots)
+
+
+def plan_key(view, opts):
+    """The PlanKey of a host (HostFacts from read_host_facts) under checked options."""
+    exclude = opts["exclude_gpus"]
+    if exclude:
+        excluded = tuple(g.id in exclude or g.pci_bus_id in exclude or g.uuid in exclude for g in view.gpus)
+    else:
+        excluded = (False,) * len(view.gpus)
+    return PlanKey(PlanOptions.of(opts), excluded, view.topology)
+
+
+# ---------------------------------------------------------------- template
+
+
+def _where(nodes, sockets):
+    node_word = "NUMA node %s" % fmt_ints(nodes) if len(nodes) == 1 else "NUMA nodes %s" % fmt_ints(nodes)
+    if not sockets:
+        return "%s (socket unknown)" % node_word
+    sock_word = "socket %s" % fmt_ints(sockets) if len(sockets) == 1 else "sockets %s" % fmt_ints(sockets)
+    return "%s (%s)" % (node_word, sock_word)
+
+
+def build_template(key, host, gpu_ids):
+    """The template of a host: a function of key alone (host and gpu_ids only name things in errors)."""
+    topo = key.topology
+    opts = key.options
+    tp, pp = opts.tp_size, opts.pp_size
+    unused = []
+    unknown = []
+    placeable_pos = []
+    for pos, node in enumerate(topo.gpu_nodes):
+        if key.excluded[pos]:
+            unused.append((pos, "excluded by exclude_gpus"))
+        elif node is None:
+            unused.append((pos, "NUMA node unknown (numa_node is null): cannot be placed socket-locally"))
+            unknown.append(pos)
+        else:
+            placeable_pos.append(pos)
+    node_socket = node_sockets(topo)
+
+    # Labels: a node without a known socket is its own socket (rule 7).
+    node_of = [topo.gpu_nodes[pos] for pos in placeable_pos]
+    socket_of = [node_socket[n] if node_socket.get(n) is not None else ("node", n) for n in node_of]
+    n = len(placeable_pos)
+    score = [[0] * n for _row in range(n)]
+    link_name = {}
+    missing = []
+    for i in range(n):
+        row = topo.links[placeable_pos[i]]
+        for j in range(i + 1, n):
+            link = row[placeable_pos[j]]
+            if link is None:
+                s = UNKNOWN_LINK_SCORE
+                missing.append((placeable_pos[i], placeable_pos[j]))
+            else:
+                s = link_score(link)
+                link_name[(i, j)] = link
+            score[i][j] = score[j][i] = s
+
+    per_socket = {}
+    for s in socket_of:
+        per_socket[s] = per_socket.get(s, 0) + 1
+    most_on_socket = max(per_socket.values()) if per_socket else 0
+    span = False
+    if tp > most_on_socket:
+        if not topo.gpu_nodes:
+            raise PlacementError("host %s: the topology facts list no GPUs" % host)
+        if not n:
+            raise PlacementError(
+                "host %s: none of its %d GPUs can be placed (%s)"
+                % (host, len(gpu_ids), "; ".join("%s: %s" % (gpu_ids[p], why) for p, why in unused))
+            )
+        if not opts.allow_span:
+            raise PlacementError(
+                "host %s: tp_size %d does not fit on any socket (at most %d placeable GPUs share a socket); "
+                "set allow_span: true to let a group span sockets" % (host, tp, most_on_socket)
+            )
+        if tp > n:
+            raise PlacementError("host %s: tp_size %d exceeds the %d placeable GPUs" % (host, tp, n))
+        span = True
+
+    result = _search.search(node_of, socket_of, score, tp, pp, span, opts.max_instances_per_host)
+    groups = result["groups"]
+    notes = []
+    if not result.get("exhaustive", True):
+        notes.append(
+            "too many distinct GPUs on one socket for the exact search; groups were formed "
+            "node by node in PCI order and their links are not optimised"
+        )
+    if not groups:
+        raise PlacementError(
+            "host %s: pp_size %d x tp_size %d needs %d groups of %d GPUs; only %d fit"
+            % (host, pp, tp, pp, tp, sum(len(d) // tp for d in result["domains"] if len(d) >= tp))
+        )
+
+    # Stages -> instances: same node, then same socket, then PCI order.
+    def stage_key(group):
+        return (_sort_label(socket_of[group[0]]), node_of[group[0]], group[0])
+
+    ordered = sorted(groups, key=stage_key)
+    instances = [sorted(ordered[i : i + pp], key=lambda g: g[0]) for i in range(0, len(ordered), pp)]
+    instances.sort(key=lambda stages: stages[0][0])
+
+    used = set(g for group in groups for g in group)
+    for i, why in _unused_reasons(n, used, result, opts, span, socket_of, node_of):
+        unused.append((placeable_pos[i], why))
+    unused.sort()
+
+    inst_nodes = []
+    for stages in instances:
+        weights = {}
+        for stage in stages:
+            for g in stage:
+                weights[node_of[g]] = weights.get(node_of[g], 0) + 1
+        inst_nodes.append(tuple(sorted(weights.items())))
+    cpu_plan, cpu_notes = assign_cpus(topo, node_socket, inst_nodes, opts.reserved_cpus_per_socket, host)
+    notes.extend(cpu_notes)
+
+    out_groups = []
+    for idx, stages in enumerate(instances):
+        stage_entries = []
+        for stage in stages:
+            labels = set(socket_of[g] for g in stage)
+            s_sockets = tuple(sorted(x for x in labels if not isinstance(x, tuple)))
+            stage_entries.append(StageTemplate(
+                positions=tuple(placeable_pos[g] for g in stage),
+                numa_nodes=tuple(sorted(set(node_of[g] for g in stage))),
+                socket=s_sockets[0] if len(labels) == 1 and s_sockets else None,
+                sockets=s_sockets,
+                worst_link=_worst_link(stage, score, link_name),
+            ))
+        members = [g for stage in stages for g in stage]
+        interleave = any(len(st.numa_nodes) > 1 for st in stage_entries)
+        worst_stage = stage_entries[min(range(len(stages)), key=lambda k: _group_worst(stages[k], score))]
+        cpus = cpu_plan[idx]
+        out_groups.append(GroupTemplate(
+            stages=tuple(stage_entries),
+            numa_nodes=tuple(sorted(set(node_of[g] for g in members))),
+            sockets=tuple(sorted(set(socket_of[g] for g in members if not isinstance(socket_of[g], tuple)))),
+            cpus=cpus.cpus,
+            cpus_shared_node=cpus.shared_node,
+            cpus_whole_nodes=cpus.whole_nodes,
+            memory_policy="interleave" if interleave else "bind",
+            worst_link=worst_stage.worst_link,
+            reason=_group_reason(stage_entries, span, interleave),
+        ))
+    return HostTemplate(
+        groups=tuple(out_groups),
+        unused=tuple(unused),
+        unknown_node=tuple(unknown),
+        missing_links=(len(missing), missing[0]) if missing else (),
+        notes=tuple(notes),
+    )
+
+
+def _sort_label(label):
+    # real socket ids (int) before pseudo sockets ("node", n)
+    return (1, label[1]) if isinstance(label, tuple) else (0, label)
+
+
+def _group_worst(group, score):
+    worst = _search.SINGLE_GPU_SCORE
+    for i, a in enumerate(group):
+        for b in group[i + 1 :]:
+            worst = min(worst, score[a][b])
+    return worst
+
+
+def _worst_link(group, score, link_name):
+    worst = None
+    name = None
+    for i, a in enumerate(group):
+        for b in group[i + 1 :]:
+            if worst is None or score[a][b] < worst:
+                worst = score[a][b]
+                name = link_name.get((min(a, b), max(a, b)))
+    return name
+
+
+def _group_reason(stages, span, interleave):
+    parts = []
+    for st in stages:
+        count = len(st.positions)
+        text = "%d GPU%s on %s" % (count, "" if count == 1 else "s", _where(st.numa_nodes, st.sockets))
+        if st.worst_link:
+            text += ", worst link %s" % st.worst_link
+        parts.append(text)
+    if len(parts) == 1:
+        reason = parts[0]
+    else:
+        reason = "%d pipeline stages: %s" % (len(parts), "; ".join("stage %d: %s" % (i, p) for i, p in enumerate(parts)))
+    if span:
+        reason += "; tp_size exceeds the GPUs of every socket and allow_span is true, so the group spans sockets"
+    elif interleave:
+        reason += "; spanning NUMA nodes of one socket gives more groups than staying inside one node"
+    if interleave:
+        reason += "; memory interleaved over its NUMA nodes"
+    return reason
+
+
+def _unused_reasons(n, used, result, opts, span, socket_of, node_of):
+    out = []
+    tp, pp, cap = opts.tp_size, opts.pp_size, opts.max_instances_per_host
+    max_groups = sum(len(d) // tp for d in result["domains"] if len(d) >= tp)
+    capped = cap is not None and max_groups // pp > cap
+    for pos in range(n):
+        if pos in used:
+            continue
+        where = _where([node_of[pos]], [] if isinstance(socket_of[pos], tuple) else [socket_of[pos]])
+        domain = next(d for d in result["domains"] if pos in d)
+        if len(domain) < tp:
+            why = "only %d placeable GPU%s on %s's socket, fewer than tp_size %d" % (
+                len(domain), "" if len(domain) == 1 else "s", where, tp)
+        elif capped:
+            why = "max_instances_per_host (%d) reached" % cap
+        elif pp > 1 and max_groups % pp:
+            why = "pp_size %d: the %d possible group(s) leave a group without a full pipeline" % (pp, max_groups)
+        else:
+            why = "no complete group of %d GPUs left on its %s (%s)" % (tp, "host" if span else "socket", where)
+        out.append((pos, why))
+    return out
+
+
+# ---------------------------------------------------------------- plan
+
+
+def _ref(gpu):
+    """A GPU as plans name it."""
+    return {"id": gpu.id, "pci_bus_id": gpu.pci_bus_id, "index": gpu.index, "uuid": gpu.uuid, "name": gpu.name}
+
+
+def instantiate(template, view, fleet=None):
+    """The plan of one host from its template; with fleet (FleetSlots) the groups are fleet instances."""
+    gpus = view.gpus
+    host = view.host
+    warnings = list(view.warnings)
+    for p in template.unknown_node:
+        warnings.append("GPU %s (index %s) has no known NUMA node; left unused" % (gpus[p].id, gpus[p].index))
+    if template.missing_links:
+        count, (a, b) = template.missing_links
+        warnings.append("%d GPU pair(s) have no link class in the facts (first: %s - %s); ranked below SYS"
+                        % (count, gpus[a].id, gpus[b].id))
+    warnings.extend(template.notes)
+    out_groups = []
+    for ordinal, grp in enumerate(template.groups):
+        stage_out = []
+        members = []
+        for st in grp.stages:
+            refs = [_ref(gpus[p]) for p in st.positions]
+            stage_out.append({
+                "gpus": [r["id"] for r in refs],
+                "gpu_indices": [r["index"] for r in refs],
+                "numa_nodes": list(st.numa_nodes),
+                "socket": st.socket,
+                "sockets": list(st.sockets),
+                "worst_link": st.worst_link,
+            })
+            members.extend(refs)
+        group = {
+            "gpus": members,
+            "gpu_indices": [r["index"] for r in members],
+            "stages": stage_out,
+            "numa_nodes": list(grp.numa_nodes),
+            "sockets": list(grp.sockets),
+            "cpus": grp.cpus,
+            "cpus_shared_node": grp.cpus_shared_node,
+            "cpus_whole_nodes": grp.cpus_whole_nodes,
+            "memory_policy": grp.memory_policy,
+            # How the unit binds (docs/plan.md): by node only when the
+            # instance owns its nodes' CPUs outright.
+            "binding": {"cpus": grp.cpus, "mems": list(grp.numa_nodes), "policy": grp.memory_policy,
+                        "by_node": bool(grp.cpus_whole_nodes and not grp.cpus_shared_node)},
+            "worst_link": grp.worst_link,
+            "reason": grp.reason,
+        }
+        if fleet is not None:
+            name, port, dist = fleet.slots[ordinal]
+            group.update(host=host, name=name, ordinal=ordinal, tp_size=fleet.tp_size, pp_size=fleet.pp_size,
+                         port=port, dist_port=dist, dist_port_range=[dist, dist + fleet.range_last])
+        out_groups.append(group)
+    unused = [{"id": gpus[p].id, "index": gpus[p].index, "reason": why} for p, why in template.unused]
+    return {"host": host, "groups": out_groups, "unused": unused, "warnings": warnings}

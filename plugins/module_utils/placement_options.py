@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Placement, part 0: the options of socket_local_groups and fleet_plan, checked.
+
+validate_options returns a full option dict (defaults filled in) or raises
+PlacementError naming the option, the rule and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple, Optional
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import pci as _pci
+from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import show
+
+
+class PlacementError(ValueError):
+    """Bad input or an impossible plan; the message names host and problem."""
+
+
+HOST_OPTIONS = {
+    "tp_size": None,
+    "pp_size": 1,
+    "allow_span": False,
+    "reserved_cpus_per_socket": 0,
+    "exclude_gpus": (),
+    "max_instances_per_host": None,
+}
+FLEET_OPTIONS = dict(
+    HOST_OPTIONS,
+    base_port=8000,
+    port_stride=1,
+    dist_port_base=29000,
+    dist_port_stride=100,
+    hosts=None,
+    name_prefix="vllm-",
+)
+
+
+class PlanOptions(NamedTuple):
+    """The options a host's plan depends on (besides which GPUs are excluded)."""
+
+    tp_size: int
+    pp_size: int
+    allow_span: bool
+    reserved_cpus_per_socket: int
+    max_instances_per_host: Optional[int]
+
+    @classmethod
+    def of(cls, opts):
+        return cls(opts["tp_size"], opts["pp_size"], opts["allow_span"], opts["reserved_cpus_per_socket"],
+                   opts["max_instances_per_host"])
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(options, name, minimum, allow_none=False):
+    value = options[name]
+    if value is None and allow_none:
+        return
+    if not _is_int(value) or value < minimum:
+        raise PlacementError("%s must be an integer >= %d, got %s" % (name, minimum, show(value)))
+    options[name] = int(value)
+
+
+def validate_options(options, allowed=None):
+    """Return a full option dict (defaults filled in) or raise PlacementError.
+
+    Unknown names are rejected; tp_size is required.
+    """
+    allowed = HOST_OPTIONS if allowed is None else allowed
+    unknown = sorted(set(map(str, options)) - set(allowed))
+    if unknown:
+        raise PlacementError("unknown option(s): %s (known: %s)" % (", ".join(unknown), ", ".join(sorted(allowed))))
+    merged = dict(allowed)
+    merged.update(options)
+    if merged["tp_size"] is None:
+        raise PlacementError("tp_size is required")
+    _check_int(merged, "tp_size", 1)
+    _check_int(merged, "pp_size", 1)
+    _check_int(merged, "reserved_cpus_per_socket", 0)
+    _check_int(merged, "max_instances_per_host", 1, allow_none=True)
+    if not isinstance(merged["allow_span"], bool):
+        raise PlacementError("allow_span must be a boolean, got %s" % show(merged["allow_span"]))
+    merged["allow_span"] = bool(merged["allow_span"])
+    excl = merged["exclude_gpus"]
+    if excl is None:
+        excl = ()
+    if isinstance(excl, Mapping):
+        if "hosts" not in allowed:
+            raise PlacementError("exclude_gpus must be a list of bus ids or UUIDs for one host, got a mapping")
+        checked = {}
+        for host, items in excl.items():
+            if not isinstance(host, str) or not host:
+                raise PlacementError("exclude_gpus: keys must be host names, got %s" % show(host))
+            checked[str(host)] = _check_exclude_list(items, "exclude_gpus[%s]" % show(host))
+        merged["exclude_gpus"] = checked
+    else:
+        merged["exclude_gpus"] = _check_exclude_list(excl, "exclude_gpus")
+    if "base_port" in allowed:
+        for name in ("base_port", "dist_port_base", "port_stride", "dist_port_stride"):
+            _check_int(merged, name, 1)
+        if not isinstance(merged["name_prefix"], str) or not merged["name_prefix"]:
+            raise PlacementError("name_prefix must be a non-empty string, got %s" % show(merged["name_prefix"]))
+        merged["name_prefix"] = str(merged["name_prefix"])
+        hosts = merged["hosts"]
+        if hosts is not None:
+            if not isinstance(hosts, (list, tuple)) or not all(isinstance(h, str) and h for h in hosts):
+                raise PlacementError("hosts must be a list of host names, got %s" % show(hosts))
+            merged["hosts"] = [str(h) for h in hosts]
+    return merged
+
+
+def _check_exclude_list(items, what):
+    if not isinstance(items, (list, tuple, set, frozenset)):
+        raise PlacementError("%s must be a list of PCI bus ids or UUIDs, got %s" % (what, show(items)))
+    out = set()
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise PlacementError("%s holds %s, not a PCI bus id or UUID" % (what, show(item)))
+        item = str(item).strip()
+        out.add(item)
+        try:
+            out.add(_pci.normalize_bus_id(item))
+        except ValueError:
+            pass
+    return frozenset(out)
