@@ -263,6 +263,9 @@ def _parse_topo_matrix(text):
     if sum(1 for d in devices if d.startswith("GPU")) > MAX_GPUS:
         return empty_partial(["nvidia-smi topo -m: the header names more than %d GPUs; not read" % MAX_GPUS])
     warnings = []
+    # "GPU00" (a damaged paste) is GPU 0: one spelling per index, so that
+    # links and GPUs are keyed alike.
+    devices = ["GPU%d" % int(d[3:]) if d.startswith("GPU") else d for d in devices]
     header = lines[header_at]
     titles = [t for t in _AFFINITY_TITLES if t in header]
     column = {}
@@ -279,6 +282,8 @@ def _parse_topo_matrix(text):
             nic_names[legend.group(1)] = legend.group(2)
             continue
         label, rest = _split_label(line)
+        if label is not None and label.startswith("GPU") and label[3:].isdigit():
+            label = "GPU%d" % int(label[3:])
         if label is None or label not in column or label in rows:
             continue
         cells, remaining = _read_cells(rest.split(), len(devices), whole)

@@ -378,3 +378,14 @@ def test_parse_query_gpu_failed_command_gives_empty_partial_with_warning(text):
 def test_empty_partial_has_all_keys():
     assert set(nvidia_smi.empty_partial()) == PARTIAL_KEYS
     assert set(nvidia_smi.new_gpu()) == GPU_KEYS
+
+
+def test_parse_topo_matrix_zero_padded_label_is_the_same_gpu():
+    # found by the damaged-matrix fuzz test: a header "GPU00" keyed links by a
+    # label that no GPU had
+    text = ("\tGPU00\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+            "GPU0\t X \tSYS\t0-7\t0\n"
+            "GPU1\tSYS\t X \t8-15\t1\n")
+    partial = parse_topo_matrix(text)
+    assert [g["index"] for g in partial["gpus"]] == [0, 1]
+    assert partial["links"] == {"GPU0": {"GPU1": "SYS"}, "GPU1": {"GPU0": "SYS"}}
