@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """What a no-change rerun of playbooks/deploy_inference.yml costs per host.
 
-    .venv/bin/python benchmarks/bench_rerun.py [--hosts 3 6] [--tp 2] [--forks 5]
+    .venv/bin/python benchmarks/bench_rerun.py [--hosts 3 6] [--tp 2] [--forks 5] [--tasks N]
 
 For each N, builds an inventory in the demo's style (inventories/demo's
 group_vars, local connection, one loopback address per host, everything
@@ -44,7 +44,7 @@ MACHINES = [
 # Counts what each host ran: one result per task and host (a loop is one
 # result, an include is one), by the role the task belongs to.
 CALLBACK = '''
-import json, os
+import json, os, time
 from ansible.plugins.callback import CallbackBase
 
 
@@ -57,6 +57,19 @@ class CallbackModule(CallbackBase):
     def __init__(self):
         super().__init__()
         self.counts = {}
+        self.tasks = []
+
+    def _mark(self, name):
+        now = time.monotonic()
+        if self.tasks:
+            self.tasks[-1][1] = now - self.tasks[-1][1]
+        self.tasks.append([name, now])
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._mark(task.get_name())
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._mark(task.get_name())
 
     def _count(self, result, status):
         host = result._host.get_name()
@@ -85,8 +98,9 @@ class CallbackModule(CallbackBase):
             entry[key] = entry.get(key, 0) + 1
 
     def v2_playbook_on_stats(self, stats):
+        self._mark("end")
         with open(os.environ["BENCH_COUNTS"], "w") as out:
-            json.dump(self.counts, out)
+            json.dump({"hosts": self.counts, "tasks": self.tasks[:-1]}, out)
 '''
 
 FLOOR = """\
@@ -130,7 +144,8 @@ def run(work, playbook, forks, counts_name):
     if result.returncode != 0:
         sys.exit("%s failed:\n%s" % (playbook, result.stdout[-6000:]))
     with open(counts) as source:
-        return elapsed, json.load(source), result.stdout
+        data = json.load(source)
+    return elapsed, data["hosts"], result.stdout, data["tasks"]
 
 
 def per_host(counts, hosts, role=None):
@@ -152,6 +167,8 @@ def main():
     parser.add_argument("--hosts", type=int, nargs="+", default=[3, 6])
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--forks", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=0, metavar="N",
+                        help="also print the N slowest tasks of the rerun (wall time over all hosts)")
     args = parser.parse_args()
     print("no-change rerun of playbooks/deploy_inference.yml (tp %d, %d forks, %d CPUs here)"
           % (args.tp, args.forks, os.cpu_count()))
@@ -167,16 +184,19 @@ def main():
             hosts = inventory(work, count, args.tp)
             deploy = os.path.join(REPO, "playbooks", "deploy_inference.yml")
             run(work, deploy, args.forks, "converge.json")
-            rerun, counts, output = run(work, deploy, args.forks, "rerun.json")
+            rerun, counts, output, tasks = run(work, deploy, args.forks, "rerun.json")
             if changed(counts, hosts):
                 sys.exit("the rerun changed something:\n%s" % output[-6000:])
-            floor, dummy, dummy = run(work, os.path.join(work, "floor.yml"), args.forks, "floor.json")
+            floor, dummy, dummy, dummy = run(work, os.path.join(work, "floor.yml"), args.forks, "floor.json")
             most, least = per_host(counts, hosts)
             role_most, role_least = per_host(counts, hosts, "vllm")
             print("%5d  %10.1f %10.2f  %10.1f %10.2f  %18s  %18s" % (
                 count, rerun, rerun / count, floor, floor / count,
                 "%d-%d" % (least, most) if least != most else str(most),
                 "%d-%d" % (role_least, role_most) if role_least != role_most else str(role_most)))
+            if args.tasks:
+                for name, seconds in sorted(tasks, key=lambda t: -t[1])[:args.tasks]:
+                    print("       %6.1f s  %s" % (seconds, name))
             sys.stdout.flush()
 
 

@@ -365,17 +365,43 @@ def instance_unit(inst, v):
     }
 
 
-def check_executables(executables, stats, host):
-    """Each program ExecStart runs exists and is executable (stats: path ->
-    {exists, executable}, from the stat module on the host)."""
+def _index(existing):
+    """find results (file_type any) by path."""
+    if existing is None:
+        return None
+    index = {}
+    for entry in _list("existing", existing):
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            index[entry["path"]] = entry
+    return index
+
+
+def _is_executable(entry):
+    if not entry:
+        return False
+    if entry.get("islnk"):
+        return True  # find does not follow links; ExecStart's check does
+    return bool(entry.get("isreg") and (entry.get("xusr") or entry.get("xgrp") or entry.get("xoth")))
+
+
+def check_executables(executables, existing, host):
+    """Each program ExecStart runs exists and is executable (existing: path ->
+    find result on the host)."""
     for entry in executables:
-        stat = stats.get(entry["path"]) or {}
-        if not (stat.get("exists") and stat.get("executable")):
+        if not _is_executable(existing.get(entry["path"])):
             hint = {"vllm_numactl": "install numactl (vllm_packages), set vllm_numactl, or use vllm_binding: systemd",
                     "vllm_venv": "set vllm_executable to an installed vllm or leave vllm_install true"}.get(
                         entry["variable"], "set it to an installed vllm or leave it empty and vllm_install true")
             raise ValueError("%s: %s does not exist or is not executable on %s: %s"
                              % (entry["variable"], entry["path"], host, hint))
+
+
+def _as_planned(entry, kind, mode=None, owner=None, group=None):
+    """Whether what find saw already has the kind, mode and owner the role would give it."""
+    if not entry or not entry.get(kind):
+        return False
+    return ((mode is None or entry.get("mode") == mode) and (owner is None or entry.get("pw_name") == owner)
+            and (group is None or entry.get("gr_name") == group))
 
 
 def host_units(instances, variables):
@@ -415,8 +441,24 @@ def host_units(instances, variables):
     if v["vllm_binding"] == "numactl":
         executables.append({"variable": "vllm_numactl", "path": v["vllm_numactl"]})
     install = v["vllm_install"] and not v["vllm_executable"]
-    if not install and variables.get("executable_stats") is not None:
-        check_executables(executables, variables["executable_stats"], variables.get("host", "this host"))
+    existing = _index(variables.get("existing"))
+    if existing is not None and not install:
+        check_executables(executables, existing, variables.get("host", "this host"))
+    # With `existing` (what find saw on the host), mark what already matches:
+    # the role then skips it, unless the rendered content differs (files).
+    existing = existing or {}
+    for entry in directories:
+        entry["as_planned"] = _as_planned(existing.get(entry["path"]), "isdir", entry.get("mode"),
+                                          entry.get("owner"), entry.get("group"))
+    for entry in files:
+        found = existing.get(entry["path"])
+        entry["as_planned"] = _as_planned(found, "isreg", entry["mode"], *(
+            (v["vllm_user"], v["vllm_group"]) if entry["secret"] else (None, None)))
+        entry["checksum"] = (found or {}).get("checksum", "")
+    checker_path = v["vllm_libexec_dir"] + "/gpufleet-verify-unit"
+    found = existing.get(checker_path)
+    checker = {"path": checker_path, "as_planned": _as_planned(found, "isreg", "0755"),
+               "checksum": (found or {}).get("checksum", "")}
     return {
         "units": units,
         "unit_names": [u["unit"] for u in units],
@@ -425,6 +467,7 @@ def host_units(instances, variables):
         "directories": directories,
         "state_dirs": state_dirs,
         "executables": executables,
+        "checker": checker,
         "install": install,
         "manage_service": v["manage_service"],
         "variables": v,

@@ -315,7 +315,8 @@ def rendered(tmp_path_factory):
     assert rc == 0, output
     rc, rerun_output, rerun = run_hosts(base, hosts)
     assert rc == 0, rerun_output
-    return {"roots": roots, "first": first, "rerun": rerun, "output": output + rerun_output}
+    return {"roots": roots, "first": first, "rerun": rerun, "output": output + rerun_output,
+            "rerun_output": rerun_output}
 
 
 def expected_unit(name, root):
@@ -445,6 +446,10 @@ def test_vllm_second_run_changes_nothing_in_few_tasks(rendered):
         assert counters["changed"] == 0, (host, counters)
         assert counters["failed"] == 0, (host, counters)
         assert sum(counters.values()) <= RERUN_TASK_LIMIT, (host, counters)
+    # Directories and files that match are skipped without a module call:
+    # no loop item ran.
+    ran = re.findall(r"^(?:ok|changed): \[\S+\] => \(item=.*$", rendered["rerun_output"], re.M)
+    assert not ran, ran[:5]
 
 
 def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):

@@ -258,10 +258,35 @@ def test_reason_cannot_add_lines_or_continue_the_comment():
 
 
 def test_missing_programs_are_named_unless_the_role_installs_them():
-    stats = {"/opt/vllm/bin/vllm": {"exists": True, "executable": True}, "/usr/bin/numactl": {"exists": False}}
-    variables = dict(VARIABLES, vllm_install=False, executable_stats=stats, host="gpu-a")
+    # What find (file_type any) reports: numactl is there but not executable.
+    found = [{"path": "/opt/vllm/bin/vllm", "isreg": True, "xusr": True},
+             {"path": "/usr/bin/numactl", "isreg": True, "xusr": False, "xgrp": False, "xoth": False}]
+    variables = dict(VARIABLES, vllm_install=False, existing=found, host="gpu-a")
     with pytest.raises(ValueError, match=r"^vllm_numactl: /usr/bin/numactl does not exist or is not executable "
                                          r"on gpu-a: install numactl"):
         vllm_unit.host_units([INSTANCE], variables)
     vllm_unit.host_units([INSTANCE], dict(variables, vllm_binding="systemd"))
     vllm_unit.host_units([INSTANCE], dict(variables, vllm_install=True))
+
+
+def test_what_already_matches_is_marked_so_the_role_skips_it():
+    found = [
+        {"path": "/etc/vllm", "isdir": True, "mode": "0755"},
+        {"path": "/etc/systemd/system", "isdir": True, "mode": "0700"},
+        {"path": "/var/lib/vllm", "isdir": True, "mode": "0750", "pw_name": "vllm", "gr_name": "vllm"},
+        {"path": "/var/lib/vllm/hf", "isdir": True, "mode": "0750", "pw_name": "root", "gr_name": "vllm"},
+        {"path": "/etc/vllm/secrets.env", "isreg": True, "mode": "0600", "pw_name": "vllm", "gr_name": "vllm",
+         "checksum": "abc"},
+        {"path": "/etc/systemd/system/gpufleet-vllm-0.service", "isreg": True, "mode": "0640", "checksum": "def"},
+        {"path": "/usr/local/libexec/gpufleet/gpufleet-verify-unit", "isreg": True, "mode": "0755",
+         "checksum": "123"},
+    ]
+    result = vllm_unit.host_units([INSTANCE], dict(VARIABLES, existing=found, vllm_install=True))
+    directories = {d["path"]: d["as_planned"] for d in result["directories"]}
+    assert directories == {"/etc/vllm": True, "/etc/systemd/system": False, "/usr/local/libexec/gpufleet": False,
+                           "/var/lib": False, "/var/lib/vllm": True, "/var/lib/vllm/hf": False,
+                           "/var/lib/vllm/cache": False}
+    files = {f["label"]: (f["as_planned"], f["checksum"]) for f in result["files"]}
+    assert files == {"secrets.env": (True, "abc"), "gpufleet-vllm-0.service": (False, "def")}
+    assert result["checker"] == {"path": "/usr/local/libexec/gpufleet/gpufleet-verify-unit", "as_planned": True,
+                                 "checksum": "123"}
