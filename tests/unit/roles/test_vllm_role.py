@@ -547,6 +547,11 @@ def probes():
                         "vllm_instances[0] (vllm-0).gpu_indices: must list tp_size * pp_size = 2"),
         "duplicate-port": ({"vllm_instances": [first, dict(instances[1], port=first["port"])]},
                            "vllm_instances: vllm-0 and vllm-1 collide on port"),
+        "model-newline": ({"vllm_model": "evil\nExecStartPre=/bin/sh"},
+                          "vllm_model: must not contain control characters"),
+        # The role looks at the host before the filter checks the paths: a bad
+        # one must still fail with the filter's message.
+        "relative-state": ({"vllm_state_dir": "var/lib/vllm"}, "vllm_state_dir: must be an absolute path"),
         "no-numactl": ({"vllm_numactl": "/nonexistent/numactl"},
                        "vllm_numactl: /nonexistent/numactl does not exist or is not executable"),
     }
