@@ -191,7 +191,7 @@ def fleet(tmp_path_factory):
             rendered_argv = process["argv"]
             assert is_numactl(rendered_argv[0]), "%s does not start with numactl: %r" % (unit, rendered_argv)
             argv, binding = rebind_to_local_node(rendered_argv, LOCAL_NODE, slot=shared_slot)
-            if instance["cpus_shared_node"]:
+            if not instance["binding"]["by_node"]:
                 shared_slot += 1
             dummy, dummy, program = split_numactl(argv)
             assert program[0] == str(STUB), "unit %s runs %s, not the stub" % (unit, program[0])
@@ -240,14 +240,14 @@ def completion(gateway, key=API_KEY, stream=False, path="/v1/completions"):
 
 def test_rendered_units_bind_the_planned_nodes(fleet):
     for entry in fleet["instances"]:
-        plan, requested = entry["plan"], entry["binding"]["requested"]
-        nodes = ",".join(str(node) for node in plan["numa_nodes"])
-        if plan["memory_policy"] == "interleave":
+        binding, requested = entry["plan"]["binding"], entry["binding"]["requested"]
+        nodes = ",".join(str(node) for node in binding["mems"])
+        if binding["policy"] == "interleave":
             assert requested.get("interleave") == nodes, (entry["key"], requested)
         else:
             assert requested.get("membind") == nodes, (entry["key"], requested)
-        if plan["cpus_shared_node"]:
-            assert requested.get("physcpubind") == plan["cpus"], (entry["key"], requested)
+        if not binding["by_node"]:
+            assert requested.get("physcpubind") == binding["cpus"], (entry["key"], requested)
             assert "cpunodebind" not in requested
         else:
             assert requested.get("cpunodebind") == nodes, (entry["key"], requested)
@@ -428,11 +428,11 @@ def test_systemd_binding_units_name_the_planned_placement_and_run_with_it(tmp_pa
             process = service_process(str(unit), SYSTEMD_BASE_ENVIRONMENT)
             assert process["argv"][0] == str(STUB), "ExecStart= should run vLLM directly: %r" % process["argv"]
             service = process["service"]
-            nodes = ",".join(str(node) for node in instance["numa_nodes"])
-            assert service["CPUAffinity"] == instance["cpus"]
-            assert service["NUMAPolicy"] == instance["memory_policy"]
+            nodes = ",".join(str(node) for node in instance["binding"]["mems"])
+            assert service["CPUAffinity"] == instance["binding"]["cpus"]
+            assert service["NUMAPolicy"] == instance["binding"]["policy"]
             assert service["NUMAMask"] == nodes
-            cpus = [local_cpus[slot % len(local_cpus)]] if instance["cpus_shared_node"] else local_cpus
+            cpus = [local_cpus[slot % len(local_cpus)]] if not instance["binding"]["by_node"] else local_cpus
             prefix, binding = systemd_binding_as_numactl(service, NUMACTL, LOCAL_NODE, cpus)
             key = "%s-%s" % (instance["host"], instance["name"])
             processes.start(key, prefix + process["argv"], process["environment"], cwd=process["working_directory"])

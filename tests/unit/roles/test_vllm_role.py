@@ -3,15 +3,22 @@
 # Apache License 2.0 (see LICENSE)
 """Role gpufleet.numa.vllm, run for real with ansible-playbook.
 
-Every test renders units into a temporary staging directory (local
-connection, nothing installed, no service started) from the hand-written
-plans in golden/vllm/plans.yml, then checks them with real tools:
-`systemd-analyze verify` (exit 0 and nothing on stderr) and systemd's own
-unit parser (`systemd --test --user` dumps what it loaded, so the ExecStart
-argv and Environment= values are systemd's reading, not ours).
+Every case of golden/vllm/plans.yml is the plan fleet_plan makes for a
+recorded machine (tests/unit/fixtures/machines/*/capture.yml), rendered by
+the role into a temporary staging directory (local connection, nothing
+installed, no service started): all cases in one playbook run, one
+inventory host per case. The units are then checked with real tools:
+`systemd-analyze verify` (exit 0 and nothing on stderr), systemd's own unit
+parser (`systemd --test --user` dumps what it loaded, so the ExecStart argv
+and Environment= values are systemd's reading, not ours) compared with what
+the gpufleet.numa.vllm_units filter says the unit runs, and
+`systemd-analyze security` for the exposure score.
 
 Rendered files are compared with golden files under golden/vllm/<case>/;
 set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
+Bad input is probed many cases per playbook run (one host per probe,
+block/rescue); the rules themselves are tested on the filter directly in
+tests/unit/plugins/module_utils/test_vllm_unit.py.
 """
 
 import getpass
@@ -27,44 +34,80 @@ import subprocess
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement, topology, vllm_unit
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.system.systemd_exec import SYSTEMD, systemd_unit_dump
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "vllm"
+MACHINES = REPO / "tests" / "unit" / "fixtures" / "machines"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 PYTHON = REPO / ".venv" / "bin" / "python"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 NUMACTL = "/usr/bin/numactl" if os.access("/usr/bin/numactl", os.X_OK) else shutil.which("numactl")
-PLANS = yaml.safe_load((GOLDEN / "plans.yml").read_text())
+CASES = yaml.safe_load((GOLDEN / "plans.yml").read_text())
 STAGING_TOKEN = "@STAGING@"
 RUN_USER = getpass.getuser()
 RUN_GROUP = grp.getgrgid(os.getgid()).gr_name
-
-pytestmark = pytest.mark.skipif(
-    SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed (scripts/setup installs it)"
-)
+MODEL = "meta-llama/Llama-3.1-70B-Instruct"
+# A no-change rerun of the role on a host that neither installs nor starts
+# anything runs at most this many tasks (loops and includes count once).
+RERUN_TASK_LIMIT = 12
+# systemd-analyze security --offline=yes, as User=vllm (systemd 252).
+EXPOSURE_DEFAULT = 2.0
+EXPOSURE_STRICT = 1.4
 
 PLAYBOOK = """\
 - name: vLLM role under test
-  hosts: localhost
+  hosts: all
   gather_facts: false
   roles:
     - role: gpufleet.numa.vllm
 """
 
+PROBE_PLAYBOOK = """\
+- name: vLLM role with bad input, one probe per host
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Run the role and keep its error
+      block:
+        - name: Run the role
+          ansible.builtin.include_role:
+            name: gpufleet.numa.vllm
+      rescue:
+        - name: Keep the error
+          ansible.builtin.copy:
+            content: "{{ ansible_failed_result.msg | default(ansible_failed_result | to_json) }}"
+            dest: "{{ probe_out }}"
+            mode: "0644"
+"""
 
-def staging_vars(tmp_path):
+
+@pytest.fixture(scope="module", autouse=True)
+def tools():
+    """The checks need systemd's tools: a machine without them fails here, it does not skip."""
+    assert SYSTEMD_ANALYZE, "systemd-analyze is not installed (scripts/setup installs the systemd package)"
+    assert NUMACTL, "numactl is not installed (scripts/setup installs it)"
+
+
+def plan_instances(case):
+    spec = CASES[case]
+    facts = topology.facts_from_capture(str(MACHINES / spec["machine"] / "capture.yml"))
+    return placement.plan_fleet({spec["machine"]: facts}, **spec["plan"])["instances"]
+
+
+def staging_vars(root):
     """What a run as the current user into a staging directory needs."""
-    fake_vllm = tmp_path / "bin" / "vllm"
+    fake_vllm = root / "bin" / "vllm"
     if not fake_vllm.exists():
         # systemd-analyze verify requires ExecStart's binary to exist.
         fake_vllm.parent.mkdir(parents=True)
         fake_vllm.write_text("#!/bin/sh\nexit 0\n")
         fake_vllm.chmod(0o755)
-    staging = tmp_path / "staging"
+    staging = root / "staging"
     return {
-        "vllm_model": "meta-llama/Llama-3.1-70B-Instruct",
+        "vllm_model": MODEL,
         "vllm_install": False,
         "vllm_manage_user": False,
         "vllm_manage_service": False,
@@ -79,36 +122,47 @@ def staging_vars(tmp_path):
     }
 
 
-def run_role(tmp_path, instances, check=False, **overrides):
-    """Run the role; return (exit code, combined output, changed count)."""
-    variables = staging_vars(tmp_path)
-    variables["vllm_instances"] = instances
-    variables.update(overrides)
-    variables = {k: v for k, v in variables.items() if v is not None}
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    command = [
-        str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
-        "-e", "ansible_python_interpreter=%s" % PYTHON,
-        "-e", "@%s" % (tmp_path / "vars.json"),
-        str(tmp_path / "play.yml"),
-    ]
+def filter_variables(root, overrides):
+    """The role's variables as the filter sees them for a host (derived defaults written out)."""
+    variables = dict(staging_vars(root), **overrides)
+    variables.setdefault("vllm_hf_home", variables["vllm_state_dir"] + "/hf")
+    variables.setdefault("vllm_cache_dir", variables["vllm_state_dir"] + "/cache")
+    variables.setdefault("vllm_venv", "/opt/vllm")
+    return variables
+
+
+def run_hosts(tmp_path, hosts, check=False, diff=False, playbook=PLAYBOOK):
+    """Run PLAYBOOK on one inventory host per entry of HOSTS {name: vars};
+    return (exit code, output, {host: recap counters})."""
+    inventory = {"all": {"hosts": {}}}
+    for name, variables in hosts.items():
+        host_vars = {k: v for k, v in variables.items() if v is not None}
+        host_vars.update(ansible_connection="local", ansible_python_interpreter=str(PYTHON))
+        inventory["all"]["hosts"][name] = host_vars
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(playbook)
+    command = [str(ANSIBLE_PLAYBOOK), "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")]
     if check:
         command.append("--check")
+    if diff:
+        command.append("--diff")
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_FORCE_COLOR="0", ANSIBLE_RETRY_FILES_ENABLED="0")
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_RETRY_FILES_ENABLED="0",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible-tmp"))
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
     output = result.stdout + result.stderr
-    recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", output)
-    return result.returncode, output, int(recap.group(1)) if recap else None
+    recap = {}
+    for host, counters in re.findall(r"^(\S+)\s*:\s*(ok=\d+.*)$", output, re.M):
+        recap[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
+    return result.returncode, output, recap
 
 
-def unit_dir(tmp_path):
-    return tmp_path / "staging/etc/systemd/system"
+def unit_dir(root):
+    return root / "staging/etc/systemd/system"
 
 
-def config_dir(tmp_path):
-    return tmp_path / "staging/etc/vllm"
+def config_dir(root):
+    return root / "staging/etc/vllm"
 
 
 def verify_unit(path):
@@ -116,6 +170,19 @@ def verify_unit(path):
     result = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(path)],
                             capture_output=True, text=True, check=False, timeout=120)
     return result.returncode, result.stderr
+
+
+def exposure(path, tmp_path):
+    """systemd-analyze security --offline=yes of the unit, run as User=vllm."""
+    work = tmp_path / "security"
+    work.mkdir(exist_ok=True)
+    text = re.sub(r"^User=.*$", "User=vllm", path.read_text(), flags=re.M)
+    (work / path.name).write_text(re.sub(r"^Group=.*$", "Group=vllm", text, flags=re.M))
+    result = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", "--no-pager", path.name], cwd=work,
+                            capture_output=True, text=True, check=False, timeout=120)
+    score = re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout)
+    assert score, result.stdout + result.stderr
+    return float(score.group(1))
 
 
 # --- systemd's own reading of a unit -------------------------------------
@@ -175,6 +242,7 @@ def exec_time_dollars(word):
 def systemd_reading(unit_path):
     """Load the unit with systemd's parser (`systemd --test --user`) and
     return its ExecStart argv, Environment= entries and NUMA settings."""
+    assert SYSTEMD and shutil.which("setpriv"), "systemd's manager binary and setpriv are needed (package systemd)"
     body = systemd_unit_dump(unit_path.read_text(), unit_path.name)
     command_lines = re.findall(r"^\t\t-> ExecStart:\n\t\t\tCommand Line: (.*)$", body, re.M)
     assert len(command_lines) == 1, body
@@ -186,125 +254,19 @@ def systemd_reading(unit_path):
     return {"argv": argv, "environment": environment, "settings": settings}
 
 
-needs_systemd = pytest.mark.skipif(
-    SYSTEMD is None or shutil.which("setpriv") is None,
-    reason="systemd's manager binary (and setpriv) are needed to read units with systemd's parser",
-)
-
-
-def expected_argv(instance, variables, binding):
-    """The command line the plan asks for, written out independently of the template."""
-    nodes = ",".join(str(n) for n in instance["numa_nodes"])
-    argv = []
-    if binding == "numactl":
-        # Whole nodes bind by node; anything less (shared node, reserved cores) by CPU list.
-        by_node = instance.get("cpus_whole_nodes", False) and not instance["cpus_shared_node"]
-        cpu = "--cpunodebind=" + nodes if by_node else "--physcpubind=" + instance["cpus"]
-        memory = ("--membind=" if instance["memory_policy"] == "bind" else "--interleave=") + nodes
-        argv += [variables["vllm_numactl"], cpu, memory]
-    argv += [variables["vllm_executable"], "serve", variables["vllm_model"],
-             "--tensor-parallel-size", str(instance["tp_size"])]
-    if instance["pp_size"] > 1:
-        argv += ["--pipeline-parallel-size", str(instance["pp_size"])]
-    argv += ["--host", variables.get("vllm_listen_host", "127.0.0.1"), "--port", str(instance["port"]),
-             "--served-model-name", variables.get("vllm_served_model_name") or variables["vllm_model"]]
-    shutdown = variables.get("vllm_shutdown_timeout", 30)
-    if shutdown:
-        argv += ["--shutdown-timeout", str(shutdown)]
-    if variables.get("vllm_extra_args"):
-        argv += ["--config", "%s/gpufleet-%s.yaml" % (variables["vllm_config_dir"], instance["name"])]
-    return argv
-
-
-def rendered_files(tmp_path):
+def rendered_files(root):
     """Files the role wrote that golden files cover, with the staging path and
     the account running the tests normalised."""
     files = {}
-    for folder in (unit_dir(tmp_path), config_dir(tmp_path)):
+    for folder in (unit_dir(root), config_dir(root)):
         for path in sorted(folder.iterdir()):
-            text = path.read_text().replace(str(tmp_path), STAGING_TOKEN)
+            text = path.read_text().replace(str(root), STAGING_TOKEN)
             text = re.sub(r"^User=%s$" % re.escape(RUN_USER), "User=@USER@", text, flags=re.M)
             files[path.name] = re.sub(r"^Group=%s$" % re.escape(RUN_GROUP), "Group=@GROUP@", text, flags=re.M)
     return files
 
 
-# --- rendering ------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    """Render each plan case once per module (a role run takes seconds)."""
-    cache = {}
-
-    def render(case):
-        if case not in cache:
-            tmp_path = tmp_path_factory.mktemp(case)
-            plan = PLANS[case]
-            rc, output, changed = run_role(tmp_path, plan["instances"], **plan["vars"])
-            assert rc == 0, output
-            cache[case] = (tmp_path, changed)
-        return cache[case]
-
-    return render
-
-
-@pytest.mark.parametrize("case", sorted(PLANS))
-def test_vllm_units_match_golden_and_verify(rendered, case):
-    plan = PLANS[case]
-    tmp_path, dummy = rendered(case)
-    files = rendered_files(tmp_path)
-    expected_names = {"gpufleet-%s.service" % i["name"] for i in plan["instances"]} | {"secrets.env"}
-    if plan["vars"].get("vllm_extra_args"):
-        expected_names |= {"gpufleet-%s.yaml" % i["name"] for i in plan["instances"]}
-    assert set(files) == expected_names
-    golden = GOLDEN / case
-    if os.environ.get("GPUFLEET_UPDATE_GOLDEN"):
-        shutil.rmtree(golden, ignore_errors=True)
-        golden.mkdir(parents=True)
-        for name, text in files.items():
-            (golden / name).write_text(text)
-    assert {p.name for p in golden.iterdir()} == set(files), "golden files of %s differ in names" % case
-    for name, text in files.items():
-        assert text == (golden / name).read_text(), "%s/%s differs from its golden file" % (case, name)
-    for instance in plan["instances"]:
-        rc, stderr = verify_unit(unit_dir(tmp_path) / ("gpufleet-%s.service" % instance["name"]))
-        assert (rc, stderr) == (0, ""), "%s: systemd-analyze verify: %s" % (instance["name"], stderr)
-
-
-@needs_systemd
-@pytest.mark.parametrize("case", sorted(PLANS))
-def test_vllm_units_placement_as_systemd_reads_it(rendered, case):
-    plan = PLANS[case]
-    tmp_path, dummy = rendered(case)
-    variables = dict(staging_vars(tmp_path), **plan["vars"])
-    binding = plan["vars"].get("vllm_binding", "numactl")
-    for instance in plan["instances"]:
-        reading = systemd_reading(unit_dir(tmp_path) / ("gpufleet-%s.service" % instance["name"]))
-        assert reading["argv"] == expected_argv(instance, variables, binding)
-        env = reading["environment"]
-        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in instance["gpu_indices"])
-        assert env["VLLM_PORT"] == str(instance["dist_port"])
-        assert env["HF_HOME"] == variables["vllm_state_dir"] + "/hf"
-        assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "600"
-        settings = reading["settings"]
-        if binding == "systemd":
-            assert settings["NUMAPolicy"] == instance["memory_policy"]
-            assert settings["NUMAMask"] == ",".join(str(n) for n in instance["numa_nodes"])
-            # systemd prints the CPU set with spaces between ranges.
-            assert parse_cpulist(settings["CPUAffinity"].replace(" ", ",")) == parse_cpulist(instance["cpus"])
-        else:
-            assert "NUMAMask" not in settings and "CPUAffinity" not in settings
-
-
-def test_vllm_extra_args_config_file_holds_options(rendered):
-    plan = PLANS["shared_node_tp2"]
-    tmp_path, dummy = rendered("shared_node_tp2")
-    text = (config_dir(tmp_path) / "gpufleet-vllm-1.yaml").read_text()
-    assert text.startswith("# Managed by gpufleet.numa (role vllm)")
-    assert yaml.safe_load(text) == plan["vars"]["vllm_extra_args"]
-
-
-# --- quoting --------------------------------------------------------------
+# --- rendering: every case in one playbook run ----------------------------
 
 # Strings that would break a naively written unit: quotes, backslashes
 # (one trailing), specifiers, variable references, command separators,
@@ -317,78 +279,230 @@ NASTY = {
     "NASTY_SHELL": "; a;b 'single' `tick` &&",
     "NASTY_UNICODE": "модель/ünïcode  two  spaces ",
 }
+NASTY_VARS = {
+    "vllm_model": " ".join(NASTY[k] for k in ("NASTY_QUOTES", "NASTY_BACKSLASH", "NASTY_PERCENT")),
+    "vllm_served_model_name": " ".join(NASTY[k] for k in ("NASTY_DOLLAR", "NASTY_SHELL", "NASTY_UNICODE")),
+    "vllm_environment": NASTY,
+}
+API_KEY = 'sk-"quoted"-$dollar-\\back-`tick`'
+HF_TOKEN = "hf_abcdefSECRET123"
+# Extra hosts of the rendering run, beside the golden cases: (case whose plan they use, role vars).
+EXTRA_HOSTS = {
+    "nasty": ("h100_tp4", NASTY_VARS),
+    "secrets": ("h100_tp4", {"vllm_api_key": API_KEY, "vllm_hf_token": HF_TOKEN}),
+}
 
 
-@needs_systemd
-def test_vllm_nasty_names_stay_one_argument(tmp_path):
-    model = " ".join(NASTY[k] for k in ("NASTY_QUOTES", "NASTY_BACKSLASH", "NASTY_PERCENT"))
-    served = " ".join(NASTY[k] for k in ("NASTY_DOLLAR", "NASTY_SHELL", "NASTY_UNICODE"))
-    instance = PLANS["dual_socket_tp4"]["instances"][0]
-    rc, output, dummy = run_role(tmp_path, [instance], vllm_model=model,
-                                 vllm_served_model_name=served, vllm_environment=NASTY)
+def host_plan(name):
+    return EXTRA_HOSTS[name][0] if name in EXTRA_HOSTS else name
+
+
+def host_overrides(name):
+    return EXTRA_HOSTS[name][1] if name in EXTRA_HOSTS else CASES[name]["vars"]
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """Render every case (and the extra hosts) in one run, then rerun it unchanged."""
+    base = tmp_path_factory.mktemp("render")
+    hosts, roots = {}, {}
+    for name in list(CASES) + list(EXTRA_HOSTS):
+        roots[name] = base / name
+        roots[name].mkdir()
+        hosts[name] = dict(staging_vars(roots[name]), vllm_instances=plan_instances(host_plan(name)),
+                           **host_overrides(name))
+    rc, output, first = run_hosts(base, hosts)
     assert rc == 0, output
-    unit = unit_dir(tmp_path) / "gpufleet-vllm-0.service"
+    rc, rerun_output, rerun = run_hosts(base, hosts)
+    assert rc == 0, rerun_output
+    return {"roots": roots, "first": first, "rerun": rerun, "output": output + rerun_output,
+            "rerun_output": rerun_output}
+
+
+def expected_unit(name, root):
+    """What the filter says the host's units run."""
+    return vllm_unit.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_vllm_units_match_golden_and_verify(rendered, case):
+    root = rendered["roots"][case]
+    files = rendered_files(root)
+    instances = plan_instances(case)
+    expected_names = {"gpufleet-%s.service" % i["name"] for i in instances} | {"secrets.env"}
+    if CASES[case]["vars"].get("vllm_extra_args"):
+        expected_names |= {"gpufleet-%s.yaml" % i["name"] for i in instances}
+    assert set(files) == expected_names
+    golden = GOLDEN / case
+    if os.environ.get("GPUFLEET_UPDATE_GOLDEN"):
+        shutil.rmtree(golden, ignore_errors=True)
+        golden.mkdir(parents=True)
+        for name, text in files.items():
+            (golden / name).write_text(text)
+    assert {p.name for p in golden.iterdir()} == set(files), "golden files of %s differ in names" % case
+    for name, text in files.items():
+        assert text == (golden / name).read_text(), "%s/%s differs from its golden file" % (case, name)
+    for instance in instances:
+        rc, stderr = verify_unit(unit_dir(root) / ("gpufleet-%s.service" % instance["name"]))
+        assert (rc, stderr) == (0, ""), "%s: systemd-analyze verify: %s" % (instance["name"], stderr)
+
+
+@pytest.mark.parametrize("case", sorted(CASES) + sorted(EXTRA_HOSTS))
+def test_vllm_units_run_what_the_filter_says_as_systemd_reads_it(rendered, case):
+    root = rendered["roots"][case]
+    for unit in expected_unit(case, root)["units"]:
+        reading = systemd_reading(unit_dir(root) / unit["unit"])
+        assert reading["argv"] == unit["argv"]
+        for name, value in unit["environment"]:
+            assert reading["environment"][name] == value, name
+        settings = reading["settings"]
+        numa = dict(unit["numa"])
+        if numa:
+            assert settings["NUMAPolicy"] == numa["NUMAPolicy"]
+            assert parse_cpulist(settings["NUMAMask"].replace(" ", ",")) == parse_cpulist(numa["NUMAMask"])
+            # systemd prints the CPU set with spaces between ranges.
+            assert parse_cpulist(settings["CPUAffinity"].replace(" ", ",")) == parse_cpulist(numa["CPUAffinity"])
+        else:
+            assert "NUMAMask" not in settings and "CPUAffinity" not in settings
+
+
+def test_vllm_binding_follows_the_plan(rendered):
+    """Spot checks written from the recorded topologies, not from the filter."""
+    def argv(case):
+        root = rendered["roots"][case]
+        return [systemd_reading(path)["argv"] for path in sorted(unit_dir(root).glob("*.service"))]
+    # h100: whole sockets, nodes 0 and 1.
+    assert [a[1:3] for a in argv("h100_tp4")] == [["--cpunodebind=0", "--membind=0"],
+                                                  ["--cpunodebind=1", "--membind=1"]]
+    # One core per socket reserved (the capture has no SMT siblings): CPU lists.
+    assert [a[1:3] for a in argv("h100_tp4_reserved")] == [["--physcpubind=1-47,96-143", "--membind=0"],
+                                                           ["--physcpubind=49-95,144-191", "--membind=1"]]
+    # Both sockets' stages in one instance.
+    assert argv("h100_pp2_tp4")[0][2] == "--membind=0,1"
+    assert argv("mi50_tp2_interleave")[0][2].startswith("--interleave=")
+
+
+def test_vllm_nasty_names_stay_one_argument(rendered):
+    root = rendered["roots"]["nasty"]
+    unit = unit_dir(root) / "gpufleet-vllm-0.service"
     assert verify_unit(unit) == (0, "")
     reading = systemd_reading(unit)
-    variables = dict(staging_vars(tmp_path), vllm_model=model, vllm_served_model_name=served)
-    assert reading["argv"] == expected_argv(instance, variables, "numactl")
+    assert NASTY_VARS["vllm_model"] in reading["argv"]
+    assert NASTY_VARS["vllm_served_model_name"] in reading["argv"]
     for name, value in NASTY.items():
         assert reading["environment"][name] == value
 
 
-def test_vllm_newline_in_model_fails_with_message(tmp_path):
-    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"], vllm_model="evil\nExecStartPre=/bin/sh")
-    assert rc != 0
-    assert "vllm_model must be a non-empty model name or path on one line" in output
-    assert "Traceback" not in output
-    assert not unit_dir(tmp_path).exists()
+def test_vllm_extra_args_config_file_holds_options(rendered):
+    root = rendered["roots"]["rtx4090_tp2_shared"]
+    text = (config_dir(root) / "gpufleet-vllm-1.yaml").read_text()
+    assert text.startswith("# Managed by gpufleet.numa (role vllm)")
+    assert yaml.safe_load(text) == CASES["rtx4090_tp2_shared"]["vars"]["vllm_extra_args"]
+
+
+def test_vllm_secrets_only_in_environment_file(rendered):
+    root = rendered["roots"]["secrets"]
+    secrets = config_dir(root) / "secrets.env"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
+    assert secrets.stat().st_uid == os.getuid()
+    assert secrets.read_text().splitlines()[1:] == [
+        'VLLM_API_KEY="sk-\\"quoted\\"-\\$dollar-\\\\back-\\`tick\\`"',
+        'HF_TOKEN="hf_abcdefSECRET123"',
+    ]
+    for path in unit_dir(root).iterdir():
+        text = path.read_text()
+        assert "SECRET123" not in text and "sk-" not in text
+        assert "EnvironmentFile=%s" % secrets in text
+    assert "SECRET123" not in rendered["output"] and "sk-" not in rendered["output"]
+
+
+def test_vllm_strict_hardening_verifies_and_scores_lower(rendered, tmp_path):
+    default = unit_dir(rendered["roots"]["h100_tp4"]) / "gpufleet-vllm-0.service"
+    strict = unit_dir(rendered["roots"]["h100_tp4_strict"]) / "gpufleet-vllm-0.service"
+    assert verify_unit(strict) == (0, "")
+    assert exposure(default, tmp_path) == EXPOSURE_DEFAULT
+    assert exposure(strict, tmp_path) <= EXPOSURE_STRICT
+    text = strict.read_text()
+    for line in ("DevicePolicy=closed", "DeviceAllow=char-nvidia-frontend rw", "DeviceAllow=char-nvidia-uvm rw",
+                 "SystemCallFilter=@system-service", "SystemCallFilter=~@privileged"):
+        assert re.search("^%s$" % re.escape(line), text, re.M), line
+    # The NUMA and affinity calls numactl and NCCL make stay allowed: no
+    # denied group or name holds them (systemd's own group listing).
+    denied = " ".join(re.findall(r"^SystemCallFilter=~(.*)$", text, re.M)).split()
+    groups = [word for word in denied if word.startswith("@")]
+    listing = subprocess.run([SYSTEMD_ANALYZE, "syscall-filter"] + groups, capture_output=True, text=True,
+                             check=False).stdout
+    denied_calls = set(word for word in denied if not word.startswith("@"))
+    denied_calls |= set(re.findall(r"^\s+([a-z_0-9]+)$", listing, re.M))
+    for call in ("set_mempolicy", "mbind", "sched_setaffinity", "get_mempolicy", "migrate_pages"):
+        assert call not in denied_calls, call
 
 
 # --- lifecycle ------------------------------------------------------------
 
-def test_vllm_second_run_changes_nothing(rendered):
-    plan = PLANS["shared_node_tp2"]
-    tmp_path, first_changed = rendered("shared_node_tp2")
-    assert first_changed > 0
-    rc, output, changed = run_role(tmp_path, plan["instances"], **plan["vars"])
-    assert (rc, changed) == (0, 0), output
+def test_vllm_second_run_changes_nothing_in_few_tasks(rendered):
+    for host, counters in rendered["rerun"].items():
+        assert rendered["first"][host]["changed"] > 0, host
+        assert counters["changed"] == 0, (host, counters)
+        assert counters["failed"] == 0, (host, counters)
+        assert sum(counters.values()) <= RERUN_TASK_LIMIT, (host, counters)
+    # Directories and files that match are skipped without a module call:
+    # no loop item ran.
+    ran = re.findall(r"^(?:ok|changed): \[\S+\] => \(item=.*$", rendered["rerun_output"], re.M)
+    assert not ran, ran[:5]
 
 
-def test_vllm_check_mode_writes_nothing(tmp_path):
-    rc, output, changed = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"], check=True)
+def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
+    instances = plan_instances("h100_tp4")
+    fresh, used = tmp_path / "fresh", tmp_path / "used"
+    fresh.mkdir()
+    used.mkdir()
+    rc, output, dummy = run_hosts(used, {"used": dict(staging_vars(used), vllm_instances=instances)})
     assert rc == 0, output
-    assert changed > 0
-    assert not (tmp_path / "staging").exists()
+    before = rendered_files(used)
+    hosts = {"fresh": dict(staging_vars(fresh), vllm_instances=instances),
+             "used": dict(staging_vars(used), vllm_instances=instances[:1], vllm_model="other/model",
+                          vllm_api_key="sk-checkSECRET")}
+    rc, output, recap = run_hosts(tmp_path, hosts, check=True, diff=True)
+    assert rc == 0, output
+    assert recap["fresh"]["changed"] > 0 and recap["used"]["changed"] > 0, output
+    assert not (fresh / "staging").exists()
+    assert rendered_files(used) == before
+    # --diff shows every unit: the item, then its diff.
+    for instance in instances:
+        assert re.search(r"^changed: \[fresh\] => \(item=gpufleet-%s\.service\)\n--- before"
+                         % re.escape(instance["name"]), output, re.M), output
+    # The changed model shows in the used host's diff; the secret does not.
+    assert re.search(r"^\+.*serve other/model", output, re.M), output
+    assert "sk-checkSECRET" not in output
 
 
-def test_vllm_check_mode_after_a_run_writes_nothing(rendered):
-    instances = PLANS["dual_socket_tp4"]["instances"]
-    tmp_path, dummy = rendered("dual_socket_tp4")
-    before = rendered_files(tmp_path)
-    rc, output, changed = run_role(tmp_path, instances[:1], check=True, vllm_model="other/model")
-    assert rc == 0 and changed > 0, output
-    assert rendered_files(tmp_path) == before
-
-
-def test_vllm_shrinking_plan_removes_only_stale_managed_units(tmp_path):
-    instances = PLANS["dual_socket_tp4"]["instances"]
+def test_vllm_shrinking_plan_removes_only_stale_managed_files(tmp_path):
+    instances = plan_instances("h100_tp4")
     extra = {"vllm_extra_args": {"max-model-len": 8192}}
-    rc, output, dummy = run_role(tmp_path, instances, **extra)
-    assert rc == 0, output
+
+    def run(**overrides):
+        variables = dict(staging_vars(tmp_path), **overrides)
+        rc, output, recap = run_hosts(tmp_path, {"host": variables})
+        assert rc == 0, output
+        return recap["host"]["changed"]
+
+    run(vllm_instances=instances, **extra)
     units = unit_dir(tmp_path)
-    # Files the role must leave alone: its prefix without its header, its
-    # header without its prefix, and a unit of someone else.
+    # Files the role must leave alone: its prefix without its marker, its
+    # marker without its prefix, its marker on a later line only, and a unit
+    # of someone else.
     foreign = {
         "gpufleet-gateway.service": "[Service]\nExecStart=/bin/true\n",
         "other-vllm-9.service": "# Managed by gpufleet.numa (role vllm); instance vllm-9: copied by hand\n",
+        "gpufleet-mine.service": "[Service]\nExecStart=/bin/true\n# Managed by gpufleet.numa (role vllm)\n",
         "sshd.service": "[Service]\nExecStart=/usr/sbin/sshd -D\n",
     }
     for name, text in foreign.items():
         (units / name).write_text(text)
-    (config_dir(tmp_path) / "gpufleet-notes.yaml").write_text("# mine\n")
+    (config_dir(tmp_path) / "gpufleet-notes.yaml").write_text("# mine\n# Managed by gpufleet.numa (role vllm)\n")
 
-    rc, output, changed = run_role(tmp_path, instances[:1], **extra)
-    assert rc == 0 and changed > 0, output
+    assert run(vllm_instances=instances[:1], **extra) > 0
     assert sorted(p.name for p in units.iterdir()) == sorted(["gpufleet-vllm-0.service"] + list(foreign))
     for name, text in foreign.items():
         assert (units / name).read_text() == text
@@ -396,74 +510,66 @@ def test_vllm_shrinking_plan_removes_only_stale_managed_units(tmp_path):
         "gpufleet-notes.yaml", "gpufleet-vllm-0.yaml", "secrets.env"]
 
     # Dropping the extra options removes the option files and --config.
-    rc, output, dummy = run_role(tmp_path, instances[:1])
-    assert rc == 0, output
+    run(vllm_instances=instances[:1])
     assert sorted(p.name for p in config_dir(tmp_path).iterdir()) == ["gpufleet-notes.yaml", "secrets.env"]
     assert "--config" not in (units / "gpufleet-vllm-0.service").read_text()
 
     # An empty plan removes the role's last unit and nothing else.
-    rc, output, changed = run_role(tmp_path, [])
-    assert rc == 0 and changed > 0, output
+    assert run(vllm_instances=[]) > 0
     assert sorted(p.name for p in units.iterdir()) == sorted(foreign)
 
 
-def test_vllm_secrets_only_in_environment_file(tmp_path):
-    api_key = 'sk-"quoted"-$dollar-\\back-`tick`'
-    token = "hf_abcdefSECRET123"
-    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
-                                 vllm_api_key=api_key, vllm_hf_token=token)
-    assert rc == 0, output
-    secrets = config_dir(tmp_path) / "secrets.env"
-    assert stat.S_IMODE(secrets.stat().st_mode) == 0o600
-    assert secrets.stat().st_uid == os.getuid()
-    assert secrets.read_text().splitlines()[1:] == [
-        'VLLM_API_KEY="sk-\\"quoted\\"-\\$dollar-\\\\back-\\`tick\\`"',
-        'HF_TOKEN="hf_abcdefSECRET123"',
-    ]
-    for path in unit_dir(tmp_path).iterdir():
-        text = path.read_text()
-        assert "SECRET123" not in text and "sk-" not in text
-        assert "EnvironmentFile=%s" % secrets in text
-    assert "SECRET123" not in output and "sk-" not in output
-
-
-# --- bad input ------------------------------------------------------------
+# --- bad input: many probes, one playbook run -------------------------------
 
 def without(mapping, key):
     return {k: v for k, v in mapping.items() if k != key}
 
 
-def test_vllm_missing_model_fails_with_message(tmp_path):
-    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"], vllm_model=None)
-    assert rc != 0
-    assert "missing required arguments: vllm_model" in output
+def probes():
+    instances = plan_instances("h100_tp4")
+    first = instances[0]
+    return {
+        # Argument specs: the shape of the plan.
+        "no-model": ({"vllm_model": None}, "missing required arguments: vllm_model"),
+        "no-binding": ({"vllm_instances": [without(first, "binding")]},
+                       "missing required arguments: binding found in vllm_instances"),
+        "bad-policy": ({"vllm_instances": [dict(first, binding=dict(first["binding"], policy="preferred"))]},
+                       "value of policy must be one of: bind, interleave, got: preferred"),
+        # The filter: values and rules across fields.
+        "model-option": ({"vllm_model": "--trust-remote-code"}, "vllm_model: must not start with '-'"),
+        "key-newline": ({"vllm_extra_args": {"api-key\n": "x"}},
+                        "vllm_extra_args key: must not contain control characters"),
+        "reserved-option": ({"vllm_extra_args": {"port": 9000}},
+                            "vllm_extra_args key: must not set options the unit sets itself"),
+        "user": ({"vllm_user": "root\nExecStartPre=/bin/sh"}, "vllm_user: must not contain control characters"),
+        "group": ({"vllm_group": "-g"}, "vllm_group: must be a user or group name"),
+        "tp-times-pp": ({"vllm_instances": [dict(first, tp_size=2)]},
+                        "vllm_instances[0] (vllm-0).gpu_indices: must list tp_size * pp_size = 2"),
+        "duplicate-port": ({"vllm_instances": [first, dict(instances[1], port=first["port"])]},
+                           "vllm_instances: vllm-0 and vllm-1 collide on port"),
+        "model-newline": ({"vllm_model": "evil\nExecStartPre=/bin/sh"},
+                          "vllm_model: must not contain control characters"),
+        # The role looks at the host before the filter checks the paths: a bad
+        # one must still fail with the filter's message.
+        "relative-state": ({"vllm_state_dir": "var/lib/vllm"}, "vllm_state_dir: must be an absolute path"),
+        "no-numactl": ({"vllm_numactl": "/nonexistent/numactl"},
+                       "vllm_numactl: /nonexistent/numactl does not exist or is not executable"),
+    }
+
+
+def test_vllm_bad_input_fails_naming_variable_and_rule(tmp_path):
+    cases = probes()
+    hosts = {}
+    for name, (overrides, dummy) in cases.items():
+        root = tmp_path / name
+        root.mkdir()
+        variables = dict(staging_vars(root), vllm_instances=plan_instances("h100_tp4"), probe_out=str(root / "error"))
+        variables.update(overrides)
+        hosts[name] = variables
+    rc, output, recap = run_hosts(tmp_path, hosts, playbook=PROBE_PLAYBOOK)
     assert "Traceback" not in output
-
-
-@pytest.mark.parametrize("instances,message", [
-    ([without(PLANS["dual_socket_tp4"]["instances"][0], "cpus")], "vllm_instances[0] (vllm-0) lacks cpus"),
-    ([dict(PLANS["dual_socket_tp4"]["instances"][0], tp_size=2)], "got 4 for tp 2, pp 1"),
-    ([dict(PLANS["dual_socket_tp4"]["instances"][0], memory_policy="preferred")], 'got "preferred"'),
-    ([PLANS["dual_socket_tp4"]["instances"][0], dict(PLANS["dual_socket_tp4"]["instances"][1], port=8000)],
-     "must have unique names and ports"),
-], ids=["no-cpus", "tp-times-pp", "memory-policy", "duplicate-port"])
-def test_vllm_bad_instance_fails_with_message(tmp_path, instances, message):
-    rc, output, dummy = run_role(tmp_path, instances)
-    assert rc != 0
-    assert message in " ".join(output.split()), output
-    assert "Traceback" not in output
-    assert not unit_dir(tmp_path).exists()
-
-
-def test_vllm_missing_numactl_fails_with_message(tmp_path):
-    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
-                                 vllm_numactl=str(tmp_path / "no-numactl"))
-    assert rc != 0
-    assert "vllm_binding is numactl but %s does not exist" % (tmp_path / "no-numactl") in " ".join(output.split())
-
-
-def test_vllm_extra_args_cannot_override_unit_options(tmp_path):
-    rc, output, dummy = run_role(tmp_path, PLANS["dual_socket_tp4"]["instances"],
-                                 vllm_extra_args={"port": 9000})
-    assert rc != 0
-    assert "must not set options the unit sets itself" in " ".join(output.split())
+    for name, (dummy, message) in cases.items():
+        error = tmp_path / name / "error"
+        assert error.exists(), "%s: the role did not fail\n%s" % (name, output[-3000:])
+        assert message in " ".join(error.read_text().split()), (name, error.read_text())
+        assert not (tmp_path / name / "staging").exists(), "%s wrote files before it failed" % name

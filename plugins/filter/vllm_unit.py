@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Filter vllm_units: what each vLLM unit of a host runs (role gpufleet.numa.vllm).
+
+Thin shell around module_utils/vllm_unit.py; see docs/plan.md and the role's README.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import vllm_unit
+
+
+def _plain(value):
+    """Plain dicts/lists/scalars: what Ansible's templating hands in may be tagged subclasses."""
+    if isinstance(value, dict):
+        return dict((_plain(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def vllm_units(instances, variables):
+    """This host's plan instances and the role's variables -> every unit's argv, environment and files."""
+    if not hasattr(variables, "keys"):
+        raise AnsibleFilterError("gpufleet.numa.vllm_units: variables must be a mapping of role variable -> value")
+    try:
+        return vllm_unit.host_units(_plain(instances), _plain(dict(variables)))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_units: %s" % exc)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"vllm_units": vllm_units}

@@ -1,0 +1,474 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""What each vLLM unit of a host runs: the contract between the plan and role vllm.
+
+`host_units(instances, variables)` checks the role's variables and this
+host's plan instances (docs/plan.md) and returns, per instance, the exact
+argv and environment its unit runs, and the systemd NUMA directives when
+binding by systemd. The role's template only places these values (one
+word per argument, quoted for systemd); it decides nothing.
+
+Binding comes from each instance's `binding` {cpus, mems, policy, by_node}
+as the plan computed it: by_node true binds by node (numactl
+--cpunodebind=MEMS), false by CPU list (--physcpubind=CPUS); the memory
+policy is --membind=MEMS or --interleave=MEMS. With vllm_binding systemd
+the same values become CPUAffinity=, NUMAPolicy= and NUMAMask=.
+
+Every value that reaches a unit, an option file or a command line passes a
+check of plugins/module_utils/value_checks.py first; errors are ValueError
+naming the variable (or vllm_instances[i] and the field) and the rule.
+Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
+
+MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
+
+# Options the unit sets itself; vllm_extra_args must not repeat them.
+RESERVED_OPTIONS = (
+    "api-key", "config", "host", "model", "pipeline-parallel-size", "port",
+    "served-model-name", "shutdown-timeout", "tensor-parallel-size",
+)
+# Environment variables the unit sets itself; vllm_environment must not repeat them.
+RESERVED_ENVIRONMENT = (
+    "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "TRITON_CACHE_DIR",
+    "VLLM_API_KEY", "VLLM_CACHE_ROOT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_PORT", "XDG_CACHE_HOME",
+)
+# [Service] settings the unit writes itself; vllm_hardening must not repeat them.
+RESERVED_DIRECTIVES = (
+    "CPUAffinity", "Environment", "EnvironmentFile", "Group", "KillMode", "LimitMEMLOCK", "LimitNOFILE",
+    "NUMAMask", "NUMAPolicy", "ReadWritePaths", "Restart", "RestartSec", "SyslogIdentifier",
+    "TimeoutStartSec", "TimeoutStopSec", "Type", "User", "WorkingDirectory",
+)
+
+# Opt-in sandboxing on top of vllm_hardening (vllm_hardening_strict). The
+# device allow-list keeps every NVIDIA node: nvidiactl and nvidia[0-9]* are
+# major nvidia-frontend, nvidia-uvm and nvidia-uvm-tools major nvidia-uvm,
+# MIG capabilities nvidia-caps. The syscall filter keeps @resources' NUMA
+# and affinity calls (set_mempolicy, mbind, migrate_pages, move_pages,
+# sched_setaffinity; get_mempolicy is in @system-service) and setrlimit.
+# A list value writes the directive once per element.
+STRICT_HARDENING = (
+    ("SystemCallFilter", ["~@privileged",
+                          "~ioprio_set nice sched_setattr sched_setparam sched_setscheduler setpriority"]),
+    ("DevicePolicy", "closed"),
+    ("DeviceAllow", ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"]),
+    # Safe with the explicit allow-list above (it only adds char-rtc r).
+    ("ProtectClock", "yes"),
+    ("PrivateUsers", "yes"),
+    ("UMask", "0077"),
+)
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}"
+_UNIT_PREFIX = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}"
+_OPTION = r"[a-z0-9][a-z0-9_-]{0,99}"
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_DIRECTIVE = r"[A-Z][A-Za-z]{1,63}"
+_CPULIST = r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*"
+_VERSION = r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}"
+_PACKAGE = r"[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}"
+_PROGRAM = r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,254}"
+
+# Role variables this module reads, with the check each passes.
+PATH_VARIABLES = ("vllm_state_dir", "vllm_hf_home", "vllm_cache_dir", "vllm_config_dir", "vllm_unit_dir",
+                  "vllm_libexec_dir", "vllm_venv", "vllm_numactl")
+
+
+def _mapping(name, value):
+    if not isinstance(value, dict):
+        vc.fail(name, "must be a mapping", value)
+    return value
+
+
+def _list(name, value):
+    if not isinstance(value, (list, tuple)):
+        vc.fail(name, "must be a list", value)
+    return list(value)
+
+
+def _yaml_value(name, value, depth=0):
+    """A vllm_extra_args value: a scalar, or lists and mappings of them;
+    strings on one line."""
+    if depth > 4:
+        vc.fail(name, "must not nest deeper than 4 levels", value)
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        return vc.text(name, value, allow_empty=True)
+    if isinstance(value, (list, tuple)):
+        return [_yaml_value("%s[%d]" % (name, i), v, depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            vc.text("%s key" % name, key if isinstance(key, str) else repr(key), r"[A-Za-z0-9_.-]{1,100}",
+                    "must be a name of [A-Za-z0-9_.-]")
+            out[str(key)] = _yaml_value("%s.%s" % (name, key), item, depth + 1)
+        return out
+    vc.fail(name, "must be a string, number, boolean, list or mapping", value)
+
+
+def _scalar_text(name, value):
+    """A string or number that becomes one line of text."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        vc.fail(name, "must be a string or a number (quote yes, no, true and false)", value)
+    return vc.text(name, str(value), allow_empty=True)
+
+
+def _secret(name, value):
+    """A secret on one line; the message never shows the value."""
+    try:
+        vc.text(name, value, allow_empty=True)
+    except ValueError:
+        raise ValueError("%s: must be a string on one line without control characters (value hidden)" % name)
+
+
+def _manage_service(value, service_mgr):
+    """vllm_manage_service: auto (where systemd is the service manager), true or false."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return service_mgr == "systemd"
+    try:
+        return vc.boolean("vllm_manage_service", value)
+    except ValueError:
+        vc.fail("vllm_manage_service", "must be auto, true or false", value)
+
+
+def check_variables(variables):
+    """The role's variables, checked and in canonical form (a new dict)."""
+    v = variables
+    out = {}
+    for name in ("vllm_model", "vllm_instances"):
+        if name not in v or v[name] is None:
+            vc.fail(name, "is required", None)
+    out["vllm_model"] = vc.command_word("vllm_model", v["vllm_model"])
+    served = vc.text("vllm_served_model_name", v.get("vllm_served_model_name", ""), allow_empty=True)
+    out["vllm_served_model_name"] = vc.command_word("vllm_served_model_name", served) if served else served
+    out["vllm_listen_host"] = vc.address("vllm_listen_host", v.get("vllm_listen_host", "127.0.0.1"))
+    out["vllm_binding"] = vc.choice("vllm_binding", v.get("vllm_binding", "numactl"), ("numactl", "systemd"))
+    for name in PATH_VARIABLES:
+        out[name] = vc.absolute_path(name, v.get(name))
+    out["vllm_executable"] = vc.absolute_path("vllm_executable", v.get("vllm_executable", ""), allow_empty=True)
+    out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", v.get("vllm_unit_prefix", "gpufleet-"), _UNIT_PREFIX,
+                                      "must be [A-Za-z0-9_.-], not starting with '.' or '-'", allow_empty=True)
+    out["vllm_user"] = vc.account("vllm_user", v.get("vllm_user", "vllm"))
+    out["vllm_group"] = vc.account("vllm_group", v.get("vllm_group", "vllm"))
+    for name in ("vllm_api_key", "vllm_hf_token"):
+        _secret(name, v.get(name, ""))
+    out["vllm_version"] = vc.text("vllm_version", v.get("vllm_version", "0.33.0"), _VERSION,
+                                  "must be a version of [0-9A-Za-z.+!_-]")
+    out["vllm_python"] = vc.command_word(
+        "vllm_python", vc.text("vllm_python", v.get("vllm_python", "python3"), _PROGRAM,
+                               "must be a program name or path of [A-Za-z0-9_./+-]"))
+    out["vllm_packages"] = [
+        vc.text("vllm_packages[%d]" % i, p, _PACKAGE, "must be a package name of [A-Za-z0-9.+_:~-]")
+        for i, p in enumerate(_list("vllm_packages", v.get("vllm_packages", [])))]
+    out["vllm_install"] = vc.boolean("vllm_install", v.get("vllm_install", True))
+    out["vllm_manage_user"] = vc.boolean("vllm_manage_user", v.get("vllm_manage_user", True))
+    out["manage_service"] = _manage_service(v.get("vllm_manage_service", "auto"), v.get("service_mgr", ""))
+    out["vllm_hardening_strict"] = vc.boolean("vllm_hardening_strict", v.get("vllm_hardening_strict", False))
+
+    # name: (role default, least value)
+    ints = {"vllm_engine_ready_timeout": (600, 1), "vllm_shutdown_timeout": (30, 0), "vllm_restart_sec": (10, 0),
+            "vllm_limit_nofile": (65536, 1), "vllm_health_timeout": (3600, 1), "vllm_health_delay": (10, 1)}
+    for name, (default, minimum) in ints.items():
+        out[name] = vc.integer(name, v.get(name, default), minimum, 10 ** 9)
+    out["vllm_timeout_start_sec"] = vc.integer("vllm_timeout_start_sec", v.get(
+        "vllm_timeout_start_sec", out["vllm_engine_ready_timeout"] + 900), 1, 10 ** 9)
+    out["vllm_timeout_stop_sec"] = vc.integer("vllm_timeout_stop_sec", v.get(
+        "vllm_timeout_stop_sec", out["vllm_shutdown_timeout"] + 60), 1, 10 ** 9)
+    if out["vllm_timeout_start_sec"] <= out["vllm_engine_ready_timeout"]:
+        vc.fail("vllm_timeout_start_sec", "must be above vllm_engine_ready_timeout (%d)"
+                % out["vllm_engine_ready_timeout"], out["vllm_timeout_start_sec"])
+    if out["vllm_timeout_stop_sec"] <= out["vllm_shutdown_timeout"]:
+        vc.fail("vllm_timeout_stop_sec", "must be above vllm_shutdown_timeout (%d)"
+                % out["vllm_shutdown_timeout"], out["vllm_timeout_stop_sec"])
+    if out["vllm_health_timeout"] < out["vllm_health_delay"]:
+        vc.fail("vllm_health_timeout", "must be at least vllm_health_delay (%d)" % out["vllm_health_delay"],
+                out["vllm_health_timeout"])
+
+    extra = {}
+    for key, value in _mapping("vllm_extra_args", v.get("vllm_extra_args", {})).items():
+        key = vc.text("vllm_extra_args key", key if isinstance(key, str) else repr(key), _OPTION,
+                      "must be a long option name: lower case, digits, _ and -, no leading dashes")
+        if key.replace("_", "-") in RESERVED_OPTIONS:
+            vc.fail("vllm_extra_args key", "must not set options the unit sets itself (%s)"
+                    % ", ".join(RESERVED_OPTIONS), key)
+        extra[key] = _yaml_value("vllm_extra_args.%s" % key, value)
+    out["vllm_extra_args"] = extra
+
+    environment = {}
+    for key, value in _mapping("vllm_environment", v.get("vllm_environment", {})).items():
+        key = vc.text("vllm_environment key", key if isinstance(key, str) else repr(key), _ENV_NAME,
+                      "must be a variable name of [A-Za-z0-9_], not starting with a digit")
+        if key in RESERVED_ENVIRONMENT:
+            vc.fail("vllm_environment key", "must not set what the role sets (%s)"
+                    % ", ".join(RESERVED_ENVIRONMENT), key)
+        environment[key] = _scalar_text("vllm_environment.%s" % key, value)
+    out["vllm_environment"] = environment
+
+    hardening = []
+    for key, value in sorted(_mapping("vllm_hardening", v.get("vllm_hardening", {})).items()):
+        key = vc.text("vllm_hardening key", key if isinstance(key, str) else repr(key), _DIRECTIVE,
+                      "must be a [Service] directive name (CamelCase letters)")
+        if key in RESERVED_DIRECTIVES or key.startswith("Exec"):
+            vc.fail("vllm_hardening key", "must be a sandboxing directive, not one the unit sets itself "
+                    "or an Exec*= command", key)
+        if isinstance(value, bool):
+            value = "yes" if value else "no"
+        hardening.append([key, _scalar_text("vllm_hardening.%s" % key, value)])
+    if out["vllm_hardening_strict"]:
+        # SystemCallFilter= adds up (the allow-list above, then these denials);
+        # the other strict directives replace vllm_hardening's.
+        replaced = set(key for key, dummy in STRICT_HARDENING if key != "SystemCallFilter")
+        hardening = [entry for entry in hardening if entry[0] not in replaced]
+        for key, value in STRICT_HARDENING:
+            for item in value if isinstance(value, list) else [value]:
+                hardening.append([key, item])
+    out["vllm_hardening"] = hardening
+    return out
+
+
+def check_instance(index, instance):
+    """One plan instance (docs/plan.md), checked; returns the fields the unit uses."""
+    where = "vllm_instances[%d]" % index
+    if not isinstance(instance, dict):
+        vc.fail(where, "must be a plan instance (a mapping)", instance)
+    label = "%s (%s)" % (where, instance.get("name")) if isinstance(instance.get("name"), str) else where
+    missing = [f for f in ("name", "tp_size", "pp_size", "gpu_indices", "binding", "port", "dist_port")
+               if f not in instance]
+    if missing:
+        raise ValueError("%s: lacks %s (fleet_plan instances carry them; docs/plan.md)"
+                         % (label, ", ".join(missing)))
+    name = vc.text(where + ".name", instance["name"], _NAME, "must be [A-Za-z0-9_.-], starting with a letter or digit")
+    tp_size = vc.integer(label + ".tp_size", instance["tp_size"], 1, 1024)
+    pp_size = vc.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
+    gpus = [vc.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
+            for i, g in enumerate(_list(label + ".gpu_indices", instance["gpu_indices"]))]
+    if len(gpus) != tp_size * pp_size or len(set(gpus)) != len(gpus):
+        vc.fail(label + ".gpu_indices", "must list tp_size * pp_size = %d distinct GPUs (got %d for tp %d, pp %d)"
+                % (tp_size * pp_size, len(set(gpus)), tp_size, pp_size), gpus)
+    binding = _mapping(label + ".binding", instance["binding"])
+    for field in ("cpus", "mems", "policy", "by_node"):
+        if field not in binding:
+            vc.fail(label + ".binding", "lacks %s (needs cpus, mems, policy, by_node)" % field, binding)
+    cpus = vc.text(label + ".binding.cpus", binding["cpus"], _CPULIST, "must be a cpulist such as 0-47,96-143")
+    try:
+        parse_cpulist(cpus)
+    except ValueError as exc:
+        vc.fail(label + ".binding.cpus", str(exc), cpus)
+    mems = [vc.integer("%s.binding.mems[%d]" % (label, i), m, 0, 4095)
+            for i, m in enumerate(_list(label + ".binding.mems", binding["mems"]))]
+    if not mems or mems != sorted(set(mems)):
+        vc.fail(label + ".binding.mems", "must be a non-empty sorted list of distinct NUMA nodes", mems)
+    policy = vc.choice(label + ".binding.policy", binding["policy"], ("bind", "interleave"))
+    if not isinstance(binding["by_node"], bool):
+        vc.fail(label + ".binding.by_node", "must be a boolean", binding["by_node"])
+    port = vc.port(label + ".port", instance["port"])
+    dist_port = vc.port(label + ".dist_port", instance["dist_port"])
+    reason = instance.get("reason", "")
+    # The plan's own words, shown in a comment: one line, no continuation.
+    reason = re.sub(r"[\x00-\x1f\x7f]+", " ", str(reason)).rstrip("\\ ")
+    return {"name": name, "tp_size": tp_size, "pp_size": pp_size, "gpu_indices": gpus, "cpus": cpus,
+            "mems": mems, "policy": policy, "by_node": binding["by_node"], "port": port,
+            "dist_port": dist_port, "reason": reason}
+
+
+def check_instances(instances):
+    checked = [check_instance(i, inst) for i, inst in enumerate(_list("vllm_instances", instances))]
+    seen = {}
+    for inst in checked:
+        for what, value in (("name", inst["name"]), ("port", inst["port"]), ("port", inst["dist_port"])):
+            key = (what, value)
+            if key in seen:
+                raise ValueError("vllm_instances: %s and %s collide on %s %s (names, API ports and VLLM_PORT "
+                                 "bases must be unique on a host)" % (seen[key], inst["name"], what, value))
+            seen[key] = inst["name"]
+    return checked
+
+
+def _unique(values):
+    out = []
+    for value in values:
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def _join(values):
+    return ",".join(str(v) for v in values)
+
+
+def instance_unit(inst, v):
+    """The argv, environment and directives of one instance's unit."""
+    mems = _join(inst["mems"])
+    unit = v["vllm_unit_prefix"] + inst["name"]
+    executable = v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm"
+    prefix = []
+    numa = []
+    if v["vllm_binding"] == "numactl":
+        cpu = "--cpunodebind=" + mems if inst["by_node"] else "--physcpubind=" + inst["cpus"]
+        memory = ("--membind=" if inst["policy"] == "bind" else "--interleave=") + mems
+        prefix = [v["vllm_numactl"], cpu, memory]
+    else:
+        numa = [["CPUAffinity", inst["cpus"]], ["NUMAPolicy", inst["policy"]], ["NUMAMask", mems]]
+    command = prefix + [executable, "serve", v["vllm_model"]]
+    options = [["--tensor-parallel-size", str(inst["tp_size"])]]
+    if inst["pp_size"] > 1:
+        options.append(["--pipeline-parallel-size", str(inst["pp_size"])])
+    options += [["--host", v["vllm_listen_host"]], ["--port", str(inst["port"])],
+                ["--served-model-name", v["vllm_served_model_name"] or v["vllm_model"]]]
+    if v["vllm_shutdown_timeout"] > 0:
+        options.append(["--shutdown-timeout", str(v["vllm_shutdown_timeout"])])
+    config = None
+    if v["vllm_extra_args"]:
+        config = "%s/%s.yaml" % (v["vllm_config_dir"], unit)
+        options.append(["--config", config])
+    environment = [
+        ["CUDA_DEVICE_ORDER", "PCI_BUS_ID"],
+        ["CUDA_VISIBLE_DEVICES", _join(inst["gpu_indices"])],
+        ["VLLM_PORT", str(inst["dist_port"])],
+        ["VLLM_ENGINE_READY_TIMEOUT_S", str(v["vllm_engine_ready_timeout"])],
+        ["HF_HOME", v["vllm_hf_home"]],
+        ["VLLM_CACHE_ROOT", v["vllm_cache_dir"] + "/vllm"],
+        ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
+        ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
+    ] + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
+    return {
+        "name": inst["name"],
+        "unit": unit + ".service",
+        "user": v["vllm_user"],
+        "group": v["vllm_group"],
+        "working_directory": v["vllm_state_dir"],
+        "environment_file": v["vllm_config_dir"] + "/secrets.env",
+        "restart_sec": v["vllm_restart_sec"],
+        "timeout_start_sec": v["vllm_timeout_start_sec"],
+        "timeout_stop_sec": v["vllm_timeout_stop_sec"],
+        "limit_nofile": v["vllm_limit_nofile"],
+        "read_write_paths": " ".join(_unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])),
+        "hardening": v["vllm_hardening"],
+        "path": "%s/%s.service" % (v["vllm_unit_dir"], unit),
+        "header": "%s; instance %s: %s" % (MANAGED_MARKER, inst["name"], inst["reason"]),
+        "description": "vLLM instance %s (GPUs %s, NUMA nodes %s)" % (inst["name"], _join(inst["gpu_indices"]), mems),
+        "syslog_identifier": unit,
+        "command": command,
+        "options": options,
+        "argv": command + [word for option in options for word in option],
+        "environment": environment,
+        "numa": numa,
+        "config": config,
+        "port": inst["port"],
+    }
+
+
+def _index(existing):
+    """find results (file_type any) by path."""
+    if existing is None:
+        return None
+    index = {}
+    for entry in _list("existing", existing):
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            index[entry["path"]] = entry
+    return index
+
+
+def _is_executable(entry):
+    if not entry:
+        return False
+    if entry.get("islnk"):
+        return True  # find does not follow links; ExecStart's check does
+    return bool(entry.get("isreg") and (entry.get("xusr") or entry.get("xgrp") or entry.get("xoth")))
+
+
+def check_executables(executables, existing, host):
+    """Each program ExecStart runs exists and is executable (existing: path ->
+    find result on the host)."""
+    for entry in executables:
+        if not _is_executable(existing.get(entry["path"])):
+            hint = {"vllm_numactl": "install numactl (vllm_packages), set vllm_numactl, or use vllm_binding: systemd",
+                    "vllm_venv": "set vllm_executable to an installed vllm or leave vllm_install true"}.get(
+                        entry["variable"], "set it to an installed vllm or leave it empty and vllm_install true")
+            raise ValueError("%s: %s does not exist or is not executable on %s: %s"
+                             % (entry["variable"], entry["path"], host, hint))
+
+
+def _as_planned(entry, kind, mode=None, owner=None, group=None):
+    """Whether what find saw already has the kind, mode and owner the role would give it."""
+    if not entry or not entry.get(kind):
+        return False
+    return ((mode is None or entry.get("mode") == mode) and (owner is None or entry.get("pw_name") == owner)
+            and (group is None or entry.get("gr_name") == group))
+
+
+def host_units(instances, variables):
+    """Check the role's variables and this host's instances; return what the role writes:
+
+    {units: [per instance: name, unit, path, header, description, command,
+     options, argv, environment, numa, config, port], unit_names,
+     config_names, files (template items in write order), directories,
+     executables, variables (checked)}.
+    """
+    v = check_variables(dict(variables, vllm_instances=instances))
+    units = [instance_unit(inst, v) for inst in check_instances(instances)]
+    state_dirs = _unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])
+    directories = []
+    for path in [v["vllm_config_dir"], v["vllm_unit_dir"], v["vllm_libexec_dir"]]:
+        if path not in [d["path"] for d in directories]:
+            directories.append({"path": path, "mode": "0755"})
+    # Parents of the state directories are created plainly first (the file
+    # module would give them the owner and mode of the state directory).
+    for path in state_dirs:
+        parent = path.rsplit("/", 1)[0] or "/"
+        if parent not in state_dirs and parent not in [d["path"] for d in directories]:
+            directories.append({"path": parent})
+    for path in state_dirs:
+        directories.append({"path": path, "mode": "0750", "owner": v["vllm_user"], "group": v["vllm_group"]})
+    files = [{"template": "secrets.env.j2", "path": v["vllm_config_dir"] + "/secrets.env", "mode": "0600",
+              "secret": True, "label": "secrets.env"}]
+    for unit in units:
+        if unit["config"]:
+            files.append({"template": "instance-config.yaml.j2", "path": unit["config"], "mode": "0644",
+                          "secret": False, "label": unit["config"].rsplit("/", 1)[1], "unit": unit})
+    for unit in units:
+        files.append({"template": "vllm.service.j2", "path": unit["path"], "mode": "0644", "secret": False,
+                      "label": unit["unit"], "unit": unit, "verify": unit["unit"]})
+    executable = v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm"
+    executables = [{"variable": "vllm_executable" if v["vllm_executable"] else "vllm_venv", "path": executable}]
+    if v["vllm_binding"] == "numactl":
+        executables.append({"variable": "vllm_numactl", "path": v["vllm_numactl"]})
+    install = v["vllm_install"] and not v["vllm_executable"]
+    existing = _index(variables.get("existing"))
+    if existing is not None and not install:
+        check_executables(executables, existing, variables.get("host", "this host"))
+    # With `existing` (what find saw on the host), mark what already matches:
+    # the role then skips it, unless the rendered content differs (files).
+    existing = existing or {}
+    for entry in directories:
+        entry["as_planned"] = _as_planned(existing.get(entry["path"]), "isdir", entry.get("mode"),
+                                          entry.get("owner"), entry.get("group"))
+    for entry in files:
+        found = existing.get(entry["path"])
+        entry["as_planned"] = _as_planned(found, "isreg", entry["mode"], *(
+            (v["vllm_user"], v["vllm_group"]) if entry["secret"] else (None, None)))
+        entry["checksum"] = (found or {}).get("checksum", "")
+    checker_path = v["vllm_libexec_dir"] + "/gpufleet-verify-unit"
+    found = existing.get(checker_path)
+    checker = {"path": checker_path, "as_planned": _as_planned(found, "isreg", "0755"),
+               "checksum": (found or {}).get("checksum", "")}
+    return {
+        "units": units,
+        "unit_names": [u["unit"] for u in units],
+        "config_names": [u["config"].rsplit("/", 1)[1] for u in units if u["config"]],
+        "files": files,
+        "directories": directories,
+        "state_dirs": state_dirs,
+        "executables": executables,
+        "checker": checker,
+        "install": install,
+        "manage_service": v["manage_service"],
+        "variables": v,
+    }

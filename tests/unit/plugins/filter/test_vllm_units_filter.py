@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Filter vllm_units: a thin shell; errors come back as AnsibleFilterError naming the variable."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.numa.plugins.filter.vllm_unit import FilterModule
+
+VLLM_UNITS = FilterModule().filters()["vllm_units"]
+VARIABLES = {"vllm_model": "org/model", "vllm_numactl": "/usr/bin/numactl", "vllm_venv": "/opt/vllm",
+             "vllm_state_dir": "/var/lib/vllm", "vllm_hf_home": "/var/lib/vllm/hf",
+             "vllm_cache_dir": "/var/lib/vllm/cache", "vllm_config_dir": "/etc/vllm",
+             "vllm_unit_dir": "/etc/systemd/system", "vllm_libexec_dir": "/usr/local/libexec/gpufleet"}
+INSTANCE = {"name": "vllm-0", "tp_size": 1, "pp_size": 1, "gpu_indices": [0], "port": 8000, "dist_port": 29000,
+            "binding": {"cpus": "0-3", "mems": [0], "policy": "bind", "by_node": False}}
+
+
+def test_vllm_units_returns_each_unit_argv():
+    result = VLLM_UNITS([INSTANCE], VARIABLES)
+    assert result["units"][0]["argv"][:6] == ["/usr/bin/numactl", "--physcpubind=0-3", "--membind=0",
+                                              "/opt/vllm/bin/vllm", "serve", "org/model"]
+
+
+@pytest.mark.parametrize("instances,variables,message", [
+    ([INSTANCE], dict(VARIABLES, vllm_model="--trust-remote-code"),
+     "gpufleet.numa.vllm_units: vllm_model: must not start with '-'"),
+    ([INSTANCE], ["vllm_model"], "gpufleet.numa.vllm_units: variables must be a mapping"),
+    ([dict(INSTANCE, port="http")], VARIABLES, "gpufleet.numa.vllm_units: vllm_instances[0] (vllm-0).port: "),
+])
+def test_vllm_units_errors_are_filter_errors(instances, variables, message):
+    with pytest.raises(AnsibleFilterError) as info:
+        VLLM_UNITS(instances, variables)
+    assert str(info.value).startswith(message), str(info.value)

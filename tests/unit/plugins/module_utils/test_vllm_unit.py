@@ -1,0 +1,292 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""vllm_unit: the plan-to-unit contract, on plans fleet_plan makes for recorded machines.
+
+Each unit's command line is read back the way numactl reads it and compared
+with the machine's own topology (which CPUs a node holds, which node a GPU
+sits on), not with a second copy of the binding rule.
+"""
+
+import glob
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement, topology, vllm_unit
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
+
+MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
+CAPTURES = sorted(glob.glob(os.path.join(MACHINES, "*", "capture.yml")))
+
+VARIABLES = {
+    "vllm_model": "meta-llama/Llama-3.1-70B-Instruct",
+    "vllm_numactl": "/usr/bin/numactl",
+    "vllm_venv": "/opt/vllm",
+    "vllm_state_dir": "/var/lib/vllm",
+    "vllm_hf_home": "/var/lib/vllm/hf",
+    "vllm_cache_dir": "/var/lib/vllm/cache",
+    "vllm_config_dir": "/etc/vllm",
+    "vllm_unit_dir": "/etc/systemd/system",
+    "vllm_libexec_dir": "/usr/local/libexec/gpufleet",
+}
+
+
+def machine_plans():
+    """(machine, facts, plan) for every recorded machine and tp/pp/reservation that plans."""
+    out = []
+    for capture in CAPTURES:
+        machine = os.path.basename(os.path.dirname(capture))
+        facts = topology.facts_from_capture(capture)
+        for options in ({"tp_size": 1}, {"tp_size": 2}, {"tp_size": 4}, {"tp_size": 8, "allow_span": True},
+                        {"tp_size": 2, "reserved_cpus_per_socket": 1}, {"tp_size": 2, "pp_size": 2}):
+            try:
+                plan = placement.plan_fleet({machine: facts}, **options)
+            except ValueError:
+                continue
+            if plan["instances"] and all(i is not None for inst in plan["instances"] for i in inst["gpu_indices"]):
+                out.append(("%s-%s" % (machine, "-".join("%s%s" % kv for kv in sorted(options.items()))),
+                            facts, plan))
+    return out
+
+
+PLANS = machine_plans()
+
+
+def node_cpus(facts, nodes):
+    cpus = set()
+    for node in facts["numa_nodes"]:
+        if node["id"] in nodes:
+            cpus.update(parse_cpulist(node["cpus"]))
+    return cpus
+
+
+def numactl_reading(argv):
+    """What numactl makes of its options: {cpunodebind|physcpubind|membind|interleave: value}, program argv."""
+    assert os.path.basename(argv[0]) == "numactl"
+    options = {}
+    rest = argv[1:]
+    while rest[0].startswith("--"):
+        name, dummy, value = rest.pop(0)[2:].partition("=")
+        options[name] = value
+    return options, rest
+
+
+def test_recorded_machines_give_plans():
+    assert len(PLANS) >= 20
+
+
+def test_gpu_without_a_device_index_is_refused():
+    # amd_4gpu_pcie_4numa's capture has no device indices: no CUDA_VISIBLE_DEVICES can be written.
+    facts = topology.facts_from_capture(os.path.join(MACHINES, "amd_4gpu_pcie_4numa", "capture.yml"))
+    plan = placement.plan_fleet({"amd": facts}, tp_size=1)
+    with pytest.raises(ValueError, match=r"^vllm_instances\[0\] \(vllm-0\)\.gpu_indices\[0\]: must be an integer"):
+        vllm_unit.host_units(plan["instances"], VARIABLES)
+
+
+@pytest.mark.parametrize("case,facts,plan", PLANS, ids=[p[0] for p in PLANS])
+def test_numactl_binding_covers_exactly_the_planned_cpus_and_gpu_nodes(case, facts, plan):
+    units = vllm_unit.host_units(plan["instances"], VARIABLES)["units"]
+    assert [u["name"] for u in units] == [i["name"] for i in plan["instances"]]
+    gpu_nodes = {g["index"]: g["numa_node"] for g in facts["gpus"]}
+    for instance, unit in zip(plan["instances"], units):
+        options, program = numactl_reading(unit["argv"])
+        # CPUs: by node means every CPU of those nodes; by list, the list.
+        if "cpunodebind" in options:
+            cpus = node_cpus(facts, parse_cpulist(options["cpunodebind"]))
+        else:
+            cpus = set(parse_cpulist(options["physcpubind"]))
+        assert cpus == set(parse_cpulist(instance["cpus"])), case
+        assert len(options) == 2, options
+        memory_option = "membind" if instance["memory_policy"] == "bind" else "interleave"
+        mems = parse_cpulist(options[memory_option])
+        # Memory comes from the nodes the instance's GPUs sit on (when known).
+        known = {gpu_nodes[i] for i in instance["gpu_indices"] if gpu_nodes.get(i) is not None}
+        if known:
+            assert known <= set(mems), case
+        assert mems == instance["numa_nodes"]
+        assert program[:3] == ["/opt/vllm/bin/vllm", "serve", VARIABLES["vllm_model"]]
+        pairs = dict(zip(program[3::2], program[4::2]))
+        assert pairs["--tensor-parallel-size"] == str(instance["tp_size"])
+        assert pairs.get("--pipeline-parallel-size", "1") == str(instance["pp_size"])
+        assert pairs["--port"] == str(instance["port"])
+        environment = dict(unit["environment"])
+        assert environment["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in instance["gpu_indices"])
+        assert environment["VLLM_PORT"] == str(instance["dist_port"])
+        assert unit["numa"] == []
+
+
+@pytest.mark.parametrize("case,facts,plan", PLANS[::3], ids=[p[0] for p in PLANS[::3]])
+def test_systemd_binding_writes_the_same_placement_as_directives(case, facts, plan):
+    units = vllm_unit.host_units(plan["instances"], dict(VARIABLES, vllm_binding="systemd"))["units"]
+    for instance, unit in zip(plan["instances"], units):
+        numa = dict(unit["numa"])
+        assert set(parse_cpulist(numa["CPUAffinity"])) == set(parse_cpulist(instance["cpus"]))
+        assert numa["NUMAPolicy"] == instance["memory_policy"]
+        assert parse_cpulist(numa["NUMAMask"]) == instance["numa_nodes"]
+        assert unit["argv"][0] == "/opt/vllm/bin/vllm"
+
+
+def test_by_node_comes_from_the_plan_not_from_other_fields():
+    instance = dict(PLANS[0][2]["instances"][0])
+    instance["binding"] = dict(instance["binding"], by_node=False, cpus="3-5")
+    instance["cpus_whole_nodes"] = True
+    argv = vllm_unit.host_units([instance], VARIABLES)["units"][0]["argv"]
+    assert argv[1] == "--physcpubind=3-5"
+    instance["binding"] = dict(instance["binding"], by_node=True, mems=[1])
+    argv = vllm_unit.host_units([instance], VARIABLES)["units"][0]["argv"]
+    assert argv[1:3] == ["--cpunodebind=1", "--membind=1"]
+
+
+def test_options_file_and_shutdown_timeout():
+    instance = PLANS[0][2]["instances"][0]
+    result = vllm_unit.host_units([instance], dict(VARIABLES, vllm_extra_args={"max-model-len": 8192},
+                                                  vllm_shutdown_timeout=0))
+    argv = result["units"][0]["argv"]
+    assert argv[-2:] == ["--config", "/etc/vllm/gpufleet-%s.yaml" % instance["name"]]
+    assert "--shutdown-timeout" not in argv
+    assert [f["label"] for f in result["files"]] == [
+        "secrets.env", "gpufleet-%s.yaml" % instance["name"], "gpufleet-%s.service" % instance["name"]]
+
+
+def test_strict_hardening_adds_to_the_syscall_filter():
+    instance = PLANS[0][2]["instances"][0]
+    hardening = {"SystemCallFilter": "@system-service", "UMask": "0027", "NoNewPrivileges": True}
+    unit = vllm_unit.host_units([instance], dict(VARIABLES, vllm_hardening=hardening,
+                                                 vllm_hardening_strict=True))["units"][0]
+    filters = [v for k, v in unit["hardening"] if k == "SystemCallFilter"]
+    assert filters[0] == "@system-service" and filters[1] == "~@privileged"
+    assert ["UMask", "0077"] in unit["hardening"] and ["UMask", "0027"] not in unit["hardening"]
+    assert ["NoNewPrivileges", "yes"] in unit["hardening"]
+    denied = " ".join(f for f in filters if f.startswith("~"))
+    for call in ("set_mempolicy", "mbind", "sched_setaffinity", "get_mempolicy", "migrate_pages"):
+        assert call not in denied
+
+
+# --- hostile input: every probe names the variable and the rule ------------
+
+INSTANCE = {"name": "vllm-0", "tp_size": 2, "pp_size": 1, "gpu_indices": [0, 1], "port": 8000, "dist_port": 29000,
+            "binding": {"cpus": "0-7", "mems": [0], "policy": "bind", "by_node": True}, "reason": "test"}
+
+
+def with_binding(**changes):
+    return dict(INSTANCE, binding=dict(INSTANCE["binding"], **changes))
+
+
+BAD_VARIABLES = [
+    ({"vllm_model": "--trust-remote-code"}, "vllm_model: must not start with '-'"),
+    ({"vllm_model": "evil\nExecStartPre=/bin/sh"}, "vllm_model: must not contain control characters"),
+    ({"vllm_model": ""}, "vllm_model: must not be empty"),
+    ({"vllm_served_model_name": "-x"}, "vllm_served_model_name: must not start with '-'"),
+    ({"vllm_extra_args": {"api-key\n": "x"}}, "vllm_extra_args key: must not contain control characters"),
+    ({"vllm_extra_args": {"api_key": "x"}}, "vllm_extra_args key: must not set options the unit sets itself"),
+    ({"vllm_extra_args": {"--port": 1}}, "vllm_extra_args key: must be a long option name"),
+    ({"vllm_extra_args": {"chat-template": "a\nb"}}, "vllm_extra_args.chat-template: must not contain control"),
+    ({"vllm_extra_args": ["port"]}, "vllm_extra_args: must be a mapping"),
+    ({"vllm_environment": {"VLLM_PORT": "1"}}, "vllm_environment key: must not set what the role sets"),
+    ({"vllm_environment": {"A B": "1"}}, "vllm_environment key: must be a variable name"),
+    ({"vllm_environment": {"NCCL_DEBUG": "INFO\n"}}, "vllm_environment.NCCL_DEBUG: must not contain control"),
+    ({"vllm_environment": {"FLAG": True}}, "vllm_environment.FLAG: must be a string or a number"),
+    ({"vllm_user": "root\n"}, "vllm_user: must not contain control characters"),
+    ({"vllm_user": "-o"}, "vllm_user: must be a user or group name"),
+    ({"vllm_group": "vllm group"}, "vllm_group: must be a user or group name"),
+    ({"vllm_unit_prefix": "../x"}, "vllm_unit_prefix: must be [A-Za-z0-9_.-]"),
+    ({"vllm_unit_prefix": "a\n"}, "vllm_unit_prefix: must not contain control characters"),
+    ({"vllm_listen_host": "127.0.0.1 --trust-remote-code"}, "vllm_listen_host: must be an IPv4 or IPv6 address"),
+    ({"vllm_binding": "cgroup"}, "vllm_binding: must be one of numactl, systemd"),
+    ({"vllm_state_dir": "/var/lib/vllm\n"}, "vllm_state_dir: must not contain control characters"),
+    ({"vllm_state_dir": "relative"}, "vllm_state_dir: must be an absolute path"),
+    ({"vllm_numactl": "/usr/bin/../bin/numactl"}, "vllm_numactl: must not contain '..'"),
+    ({"vllm_executable": "/opt/my vllm"}, "vllm_executable: must be an absolute path"),
+    ({"vllm_version": "1.0 --index-url=http://x"}, "vllm_version: must be a version"),
+    ({"vllm_python": "-c"}, "vllm_python: must be a program name or path"),
+    ({"vllm_packages": ["numactl", "-y"]}, "vllm_packages[1]: must be a package name"),
+    ({"vllm_api_key": "sk-secret\nX=1"}, "vllm_api_key: must be a string on one line without control characters "
+                                          "(value hidden)"),
+    ({"vllm_hardening": {"ExecStartPre": "/bin/sh"}}, "vllm_hardening key: must be a sandboxing directive"),
+    ({"vllm_hardening": {"User": "root"}}, "vllm_hardening key: must be a sandboxing directive"),
+    ({"vllm_hardening": {"PrivateTmp": "yes\nUser=root"}}, "vllm_hardening.PrivateTmp: must not contain control"),
+    ({"vllm_timeout_start_sec": 600}, "vllm_timeout_start_sec: must be above vllm_engine_ready_timeout (600)"),
+    ({"vllm_shutdown_timeout": 100, "vllm_timeout_stop_sec": 90},
+     "vllm_timeout_stop_sec: must be above vllm_shutdown_timeout (100)"),
+    ({"vllm_health_delay": 0}, "vllm_health_delay: must be at least 1"),
+    ({"vllm_manage_service": "sometimes"}, "vllm_manage_service: must be auto, true or false"),
+    ({"vllm_limit_nofile": True}, "vllm_limit_nofile: must be an integer, not a boolean"),
+]
+
+
+@pytest.mark.parametrize("changes,message", BAD_VARIABLES, ids=[m.split(":")[0] + "-%d" % i
+                                                               for i, (c, m) in enumerate(BAD_VARIABLES)])
+def test_bad_variable_is_refused_naming_it_and_the_rule(changes, message):
+    with pytest.raises(ValueError) as info:
+        vllm_unit.host_units([INSTANCE], dict(VARIABLES, **changes))
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+    assert "sk-secret" not in str(info.value)
+
+
+BAD_INSTANCES = [
+    ([{k: v for k, v in INSTANCE.items() if k != "binding"}], "vllm_instances[0] (vllm-0): lacks binding"),
+    ([dict(INSTANCE, name="vllm 0")], "vllm_instances[0].name: must be [A-Za-z0-9_.-]"),
+    ([dict(INSTANCE, name="-vllm")], "vllm_instances[0].name: must be [A-Za-z0-9_.-]"),
+    ([dict(INSTANCE, tp_size=4)], "vllm_instances[0] (vllm-0).gpu_indices: must list tp_size * pp_size = 4"),
+    ([dict(INSTANCE, gpu_indices=[0, 0])], "vllm_instances[0] (vllm-0).gpu_indices: must list"),
+    ([with_binding(cpus="0-7\n")], "vllm_instances[0] (vllm-0).binding.cpus: must not contain control"),
+    ([with_binding(cpus="7-0")], "vllm_instances[0] (vllm-0).binding.cpus: bad range"),
+    ([with_binding(cpus="0-7 --all")], "vllm_instances[0] (vllm-0).binding.cpus: must be a cpulist"),
+    ([with_binding(mems=[])], "vllm_instances[0] (vllm-0).binding.mems: must be a non-empty sorted list"),
+    ([with_binding(policy="preferred")], "vllm_instances[0] (vllm-0).binding.policy: must be one of bind"),
+    ([with_binding(by_node="yes")], "vllm_instances[0] (vllm-0).binding.by_node: must be a boolean"),
+    ([dict(INSTANCE, port=70000)], "vllm_instances[0] (vllm-0).port: must be at most 65535"),
+    ([INSTANCE, dict(INSTANCE, name="vllm-1", dist_port=29100)], "vllm_instances: vllm-0 and vllm-1 collide on port"),
+    ([INSTANCE, dict(INSTANCE, port=8001, dist_port=29100)], "vllm_instances: vllm-0 and vllm-0 collide on name"),
+    ([INSTANCE, dict(INSTANCE, name="vllm-1", port=29000, dist_port=29100)], "vllm_instances: vllm-0 and vllm-1 collide on port 29000"),
+    ("vllm-0", "vllm_instances: must be a list"),
+]
+
+
+@pytest.mark.parametrize("instances,message", BAD_INSTANCES, ids=[str(i) for i in range(len(BAD_INSTANCES))])
+def test_bad_instance_is_refused_naming_the_field(instances, message):
+    with pytest.raises(ValueError) as info:
+        vllm_unit.host_units(instances, VARIABLES)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_reason_cannot_add_lines_or_continue_the_comment():
+    unit = vllm_unit.host_units([dict(INSTANCE, reason="a\nExecStartPre=/bin/sh\\")], VARIABLES)["units"][0]
+    assert unit["header"].endswith("a ExecStartPre=/bin/sh") and "\n" not in unit["header"]
+
+
+def test_missing_programs_are_named_unless_the_role_installs_them():
+    # What find (file_type any) reports: numactl is there but not executable.
+    found = [{"path": "/opt/vllm/bin/vllm", "isreg": True, "xusr": True},
+             {"path": "/usr/bin/numactl", "isreg": True, "xusr": False, "xgrp": False, "xoth": False}]
+    variables = dict(VARIABLES, vllm_install=False, existing=found, host="gpu-a")
+    with pytest.raises(ValueError, match=r"^vllm_numactl: /usr/bin/numactl does not exist or is not executable "
+                                         r"on gpu-a: install numactl"):
+        vllm_unit.host_units([INSTANCE], variables)
+    vllm_unit.host_units([INSTANCE], dict(variables, vllm_binding="systemd"))
+    vllm_unit.host_units([INSTANCE], dict(variables, vllm_install=True))
+
+
+def test_what_already_matches_is_marked_so_the_role_skips_it():
+    found = [
+        {"path": "/etc/vllm", "isdir": True, "mode": "0755"},
+        {"path": "/etc/systemd/system", "isdir": True, "mode": "0700"},
+        {"path": "/var/lib/vllm", "isdir": True, "mode": "0750", "pw_name": "vllm", "gr_name": "vllm"},
+        {"path": "/var/lib/vllm/hf", "isdir": True, "mode": "0750", "pw_name": "root", "gr_name": "vllm"},
+        {"path": "/etc/vllm/secrets.env", "isreg": True, "mode": "0600", "pw_name": "vllm", "gr_name": "vllm",
+         "checksum": "abc"},
+        {"path": "/etc/systemd/system/gpufleet-vllm-0.service", "isreg": True, "mode": "0640", "checksum": "def"},
+        {"path": "/usr/local/libexec/gpufleet/gpufleet-verify-unit", "isreg": True, "mode": "0755",
+         "checksum": "123"},
+    ]
+    result = vllm_unit.host_units([INSTANCE], dict(VARIABLES, existing=found, vllm_install=True))
+    directories = {d["path"]: d["as_planned"] for d in result["directories"]}
+    assert directories == {"/etc/vllm": True, "/etc/systemd/system": False, "/usr/local/libexec/gpufleet": False,
+                           "/var/lib": False, "/var/lib/vllm": True, "/var/lib/vllm/hf": False,
+                           "/var/lib/vllm/cache": False}
+    files = {f["label"]: (f["as_planned"], f["checksum"]) for f in result["files"]}
+    assert files == {"secrets.env": (True, "abc"), "gpufleet-vllm-0.service": (False, "def")}
+    assert result["checker"] == {"path": "/usr/local/libexec/gpufleet/gpufleet-verify-unit", "as_planned": True,
+                                 "checksum": "123"}
