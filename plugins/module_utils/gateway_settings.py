@@ -42,12 +42,30 @@ VARIABLES = (
     "gateway_install", "gateway_package", "gateway_haproxy", "gateway_manage_service",
     "gateway_service_name",
 )
+# HAProxy keeps times in milliseconds in a signed 32-bit int.
+MAX_DURATION_MS = 2147483647
+DURATION_UNITS_US = (("us", 1), ("ms", 1000), ("s", 1000000), ("m", 60000000), ("h", 3600000000),
+                     ("d", 86400000000), ("", 1000))
 TIMEOUTS = ("connect", "client", "server", "tunnel", "http_request", "http_keep_alive", "queue")
 
 
 def socket(address, port):
     """address:port as HAProxy reads it: an IPv6 address in brackets."""
     return ("[%s]:%d" if ":" in address else "%s:%d") % (address, port)
+
+
+def duration(name, value):
+    """An HAProxy duration (value_checks.haproxy_duration) above zero (zero
+    means no timeout, or a check interval HAProxy refuses) and at most
+    2147483647ms (about 24.8 days; HAProxy refuses longer times)."""
+    value = vc.haproxy_duration(name, value)
+    for unit, microseconds in DURATION_UNITS_US:
+        if value.endswith(unit) and value[:len(value) - len(unit)].isdigit():
+            total = int(value[:len(value) - len(unit)]) * microseconds
+            break
+    if total == 0 or total > MAX_DURATION_MS * 1000:
+        vc.fail(name, "must be above 0 and at most 2147483647ms (24d)", value)
+    return value
 
 
 def http_path(name, value, allow_empty=False):
@@ -174,12 +192,12 @@ def check_settings(variables):
     s["listen_port"] = vc.port("gateway_listen_port", v["gateway_listen_port"])
     s["balance"] = vc.choice("gateway_balance", v["gateway_balance"], BALANCE)
     s["check_path"] = http_path("gateway_check_path", v["gateway_check_path"])
-    s["check_interval"] = vc.haproxy_duration("gateway_check_interval", v["gateway_check_interval"])
+    s["check_interval"] = duration("gateway_check_interval", v["gateway_check_interval"])
     s["check_fall"] = vc.integer("gateway_check_fall", v["gateway_check_fall"], 1, 1000)
     s["check_rise"] = vc.integer("gateway_check_rise", v["gateway_check_rise"], 1, 1000)
     for timeout in TIMEOUTS:
         key = "gateway_timeout_" + timeout
-        s["timeout_" + timeout] = vc.haproxy_duration(key, v[key])
+        s["timeout_" + timeout] = duration(key, v[key])
     s["retries"] = vc.integer("gateway_retries", v["gateway_retries"], 0, 100)
     s["maxconn"] = vc.integer("gateway_maxconn", v["gateway_maxconn"], 1, 10000000)
     s["server_maxconn"] = vc.integer("gateway_server_maxconn", v["gateway_server_maxconn"], 0, 10000000)

@@ -184,6 +184,13 @@ def test_gateway_settings_rejects_words_appended_without_newline(variable, value
     ("gateway_check_interval", "-2s", "HAProxy duration"),
     ("gateway_check_interval", "2sec", "HAProxy duration"),
     ("gateway_timeout_queue", "", "must not be empty"),
+    ("gateway_check_interval", "0", "must be above 0"),
+    ("gateway_check_interval", "0us", "must be above 0"),
+    ("gateway_timeout_client", "0s", "must be above 0"),
+    ("gateway_timeout_client", "25d", "at most 2147483647ms"),
+    ("gateway_timeout_client", "2147484s", "at most 2147483647ms"),
+    ("gateway_timeout_client", "597h", "at most 2147483647ms"),
+    ("gateway_timeout_client", "9999999999", "HAProxy duration"),
     ("gateway_timeout_server", 1.5, "must be a string"),
     ("gateway_check_fall", 0, "at least 1"),
     ("gateway_check_rise", "2 backup", "must be an integer"),
@@ -228,7 +235,8 @@ def test_gateway_settings_log_targets(value, canonical):
     assert check(gateway_log_target=value)["log_target"] == canonical
 
 
-@pytest.mark.parametrize("value", ["2s", "500ms", "100us", "10m", "1h", "1d", "3000", 3000])
+@pytest.mark.parametrize("value", ["2s", "500ms", "1us", "10m", "1h", "24d", "3000", 3000, "999999999",
+                                   "2147483s", "596h", "000000005s"])
 def test_gateway_settings_haproxy_durations(value):
     assert check(gateway_check_interval=value)["check_interval"] == str(value)
 
