@@ -10,6 +10,7 @@ appended after a space, a `log` + `option httpchk` pair that added an
 """
 
 import pathlib
+import re
 
 import pytest
 import yaml
@@ -18,7 +19,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.filter.gateway import gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.gateway_settings import VARIABLES
 
-ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "gateway"
+REPO = pathlib.Path(__file__).resolve().parents[4]
+ROLE = REPO / "roles" / "gateway"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 BACKENDS = [
     {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.20.0.11", "port": 8000},
@@ -218,7 +220,7 @@ def test_gateway_settings_rejects_words_appended_without_newline(variable, value
     ("gateway_install", "perhaps", "must be a boolean"),
 ])
 def test_gateway_settings_rule_names_variable_and_value(variable, value, rule):
-    message = rejected("^%s: .*%s" % (variable, pytest.importorskip("re").escape(rule)), **{variable: value})
+    message = rejected("^%s: .*%s" % (variable, re.escape(rule)), **{variable: value})
     assert message.endswith("(got %r)" % (value,)), message
 
 
@@ -291,3 +293,13 @@ def test_gateway_settings_rejects_missing_and_unknown_variables():
 def test_gateway_settings_shows_long_values_cut():
     message = rejected("^gateway_check_path: ", gateway_check_path="/" + "a" * 500 + "\n")
     assert "characters)" in message and len(message) < 300
+
+
+@pytest.mark.parametrize("name", ["gateway_settings", "gateway_backends"])
+def test_gateway_filter_docs_parse(name):
+    """ansible-doc reads these files; a ': ' in a plain scalar breaks them."""
+    doc = yaml.safe_load((REPO / "plugins" / "filter" / ("%s.yml" % name)).read_text())
+    assert doc["DOCUMENTATION"]["name"] == name
+    assert doc["DOCUMENTATION"]["version_added"] == "0.1.0"
+    assert isinstance(yaml.safe_load(doc["EXAMPLES"]), list)
+    assert "_value" in doc["RETURN"]
