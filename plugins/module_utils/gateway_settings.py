@@ -49,9 +49,21 @@ DURATION_UNITS_US = (("us", 1), ("ms", 1000), ("s", 1000000), ("m", 60000000), (
 TIMEOUTS = ("connect", "client", "server", "tunnel", "http_request", "http_keep_alive", "queue")
 
 
-def socket(address, port):
+def integer(name, value, minimum=None, maximum=None):
+    """value_checks.integer, and a string must be digits only: no sign, no
+    space or newline around them (int() would forgive those)."""
+    if isinstance(value, str):
+        vc.text(name, value, r"[0-9]{1,18}", "must be an integer")
+    return vc.integer(name, value, minimum, maximum)
+
+
+def port(name, value, allow_zero=False):
+    return integer(name, value, 0 if allow_zero else 1, 65535)
+
+
+def socket(address, number):
     """address:port as HAProxy reads it: an IPv6 address in brackets."""
-    return ("[%s]:%d" if ":" in address else "%s:%d") % (address, port)
+    return ("[%s]:%d" if ":" in address else "%s:%d") % (address, number)
 
 
 def duration(name, value):
@@ -100,21 +112,21 @@ def log_target(name, value):
         except ValueError:
             vc.fail(name, rule, value)
         host = "[%s]" % host
-        port = rest[1:] if rest else None
+        port_text = rest[1:] if rest else None
     else:
-        host, colon, port = value.partition(":")
+        host, colon, port_text = value.partition(":")
         if not colon:
-            port = None
+            port_text = None
         try:
             host = vc.address(name, host)
         except ValueError:
             vc.fail(name, rule, value)
         if ":" in host:
             vc.fail(name, "an IPv6 address must be written in brackets, e.g. [::1]:514", value)
-    if port is None:
+    if port_text is None:
         return host
     try:
-        number = vc.port(name, port)
+        number = port(name, port_text)
     except ValueError:
         vc.fail(name, rule + " with a port 1-65535", value)
     return "%s:%d" % (host, number)
@@ -160,7 +172,7 @@ def backends(value):
             "host": vc.text(where + ".host", entry.get("host", ""), INVENTORY_HOST, INVENTORY_HOST_RULE,
                             allow_empty=True),
             "address": backend_address(where + ".address", entry["address"]),
-            "port": vc.port(where + ".port", entry["port"]),
+            "port": port(where + ".port", entry["port"]),
         }
         if backend["name"] in names:
             vc.fail(where + ".name", "must be unique; gateway_backends[%d] has the same name"
@@ -189,21 +201,21 @@ def check_settings(variables):
     v = variables
     s = {"backends": backends(v["gateway_backends"])}
     s["listen_address"] = listen_address("gateway_listen_address", v["gateway_listen_address"])
-    s["listen_port"] = vc.port("gateway_listen_port", v["gateway_listen_port"])
+    s["listen_port"] = port("gateway_listen_port", v["gateway_listen_port"])
     s["balance"] = vc.choice("gateway_balance", v["gateway_balance"], BALANCE)
     s["check_path"] = http_path("gateway_check_path", v["gateway_check_path"])
     s["check_interval"] = duration("gateway_check_interval", v["gateway_check_interval"])
-    s["check_fall"] = vc.integer("gateway_check_fall", v["gateway_check_fall"], 1, 1000)
-    s["check_rise"] = vc.integer("gateway_check_rise", v["gateway_check_rise"], 1, 1000)
+    s["check_fall"] = integer("gateway_check_fall", v["gateway_check_fall"], 1, 1000)
+    s["check_rise"] = integer("gateway_check_rise", v["gateway_check_rise"], 1, 1000)
     for timeout in TIMEOUTS:
         key = "gateway_timeout_" + timeout
         s["timeout_" + timeout] = duration(key, v[key])
-    s["retries"] = vc.integer("gateway_retries", v["gateway_retries"], 0, 100)
-    s["maxconn"] = vc.integer("gateway_maxconn", v["gateway_maxconn"], 1, 10000000)
-    s["server_maxconn"] = vc.integer("gateway_server_maxconn", v["gateway_server_maxconn"], 0, 10000000)
+    s["retries"] = integer("gateway_retries", v["gateway_retries"], 0, 100)
+    s["maxconn"] = integer("gateway_maxconn", v["gateway_maxconn"], 1, 10000000)
+    s["server_maxconn"] = integer("gateway_server_maxconn", v["gateway_server_maxconn"], 0, 10000000)
     s["monitor_uri"] = http_path("gateway_monitor_uri", v["gateway_monitor_uri"], allow_empty=True)
     s["stats_address"] = listen_address("gateway_stats_address", v["gateway_stats_address"])
-    s["stats_port"] = vc.port("gateway_stats_port", v["gateway_stats_port"], allow_zero=True)
+    s["stats_port"] = port("gateway_stats_port", v["gateway_stats_port"], allow_zero=True)
     s["stats_uri"] = http_path("gateway_stats_uri", v["gateway_stats_uri"])
     if s["stats_port"] == s["listen_port"]:
         vc.fail("gateway_stats_port", "must differ from gateway_listen_port (0 turns the statistics page off)",

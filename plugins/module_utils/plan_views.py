@@ -71,6 +71,6 @@ def gateway_backends(plan, addresses):
                                       gateway_settings.SERVER_NAME, gateway_settings.SERVER_NAME_RULE),
             "host": host,
             "address": gateway_settings.backend_address("host %s address" % host, address),
-            "port": value_checks.port("host %s instance %s port" % (host, instance.get("name")), instance.get("port")),
+            "port": gateway_settings.port("host %s instance %s port" % (host, instance.get("name")), instance.get("port")),
         })
     return backends
