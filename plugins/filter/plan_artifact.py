@@ -10,16 +10,10 @@ Thin shells around module_utils/plan_artifact.py; see docs/plan.md.
 
 from __future__ import annotations
 
-import json
-
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact
-
-
-def _plain(value):
-    """Plain JSON values: what templating hands in may be tagged subclasses."""
-    return json.loads(json.dumps(value))
 
 
 def _facts(host, variables):

@@ -13,7 +13,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils import sysfs
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CaptureReader, LiveReader
 
-from sysfs_builder import SysfsBuilder
+from sysfs_builder import SysfsBuilder, write_tree
 
 NVIDIA, AMD, INTEL, ASPEED, MATROX, MELLANOX = "0x10de", "0x1002", "0x8086", "0x1a03", "0x102b", "0x15b3"
 
@@ -189,22 +189,9 @@ def test_node_for_cpus_needs_exactly_one_covering_node():
     assert sysfs.node_for_cpus([], nodes) is None
 
 
-def write_tree(root, capture):
-    """Materialise a capture as a real directory tree with real symlinks."""
-    for path, content in capture["files"].items():
-        target = os.path.join(str(root), path.lstrip("/"))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "w") as handle:
-            handle.write(content)
-    for path, link in capture["symlinks"].items():
-        target = os.path.join(str(root), path.lstrip("/"))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.symlink(link, target)
-
-
 def test_collect_live_reader_on_real_tree_matches_replay(tmp_path):
     capture = pci_tree_host().capture()
-    write_tree(tmp_path, capture)
+    write_tree(capture, tmp_path)
     live = sysfs.collect(LiveReader(root=str(tmp_path)))
     replay = sysfs.collect(CaptureReader(capture))
     assert live == replay
