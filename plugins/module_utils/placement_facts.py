@@ -109,7 +109,7 @@ def _is_int(value):
 
 
 def _is_mapping(value):
-    return type(value) is dict or isinstance(value, Mapping)
+    return value.__class__ is dict or isinstance(value, Mapping)
 
 
 def _text(host, path, value, allow_none=True):
@@ -330,7 +330,7 @@ def _slit_row(items):
 def _read_distances(host, path, raw):
     """A SLIT row: node id (int, or its decimal string after JSON) -> distance."""
     # exact types first: lru_cache compares keys with ==, and 10 == 10.0 == True
-    if type(raw) is dict and set(map(type, raw)) <= _STR and set(map(type, raw.values())) <= _INT:
+    if raw.__class__ is dict and set(map(type, raw)) <= _STR and set(map(type, raw.values())) <= _INT:
         try:
             return _slit_row(tuple(raw.items()))
         except ValueError:
@@ -357,13 +357,13 @@ def _read_nodes(facts, host):
         if not _is_mapping(entry):
             _fail(host, "numa_nodes[%d]" % i, "must be a mapping", entry)
         node_id, cpus, socket, distances = map(entry.get, _NODE_FIELDS)
-        if not (type(node_id) is int and node_id >= 0 and (socket is None or (type(socket) is int and socket >= 0))):
+        if not (node_id.__class__ is int and node_id >= 0 and (socket is None or (socket.__class__ is int and socket >= 0))):
             node_id = _int(host, "numa_nodes[%d].id" % i, node_id)
             socket = _opt_int(host, "numa_nodes[%d].socket" % i, socket)
         if node_id in nodes:
             raise PlacementError("host %s: %s.numa_nodes[%d].id: NUMA node %d appears twice" % (host, ROOT, i, node_id))
         if cpus is not None:
-            cpus = _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus) if type(cpus) is not str else cpus
+            cpus = _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus) if cpus.__class__ is not str else cpus
             try:
                 cpulist_cpus(cpus)
             except ValueError:
@@ -385,7 +385,7 @@ def _read_sockets(facts, host):
         if not _is_mapping(entry):
             _fail(host, "sockets[%d]" % i, "must be a mapping", entry)
         sid, members = entry.get("id"), entry.get("numa_nodes")
-        if ((sid is None or (type(sid) is int and sid >= 0)) and type(members) is list
+        if ((sid is None or (sid.__class__ is int and sid >= 0)) and members.__class__ is list
                 and set(map(type, members)) <= _INT and (not members or min(members) >= 0)):
             out.append(Socket(sid, tuple(members)))
             continue

@@ -247,9 +247,9 @@ def test_read_host_facts_plain_values_from_str_and_int_subclasses():
     facts["gpus"][0]["numa_node"] = TaggedInt(0)
     facts["links"][facts["gpus"][0]["id"]][facts["gpus"][1]["id"]] = Tagged("NV18")
     view = placement_facts.read_host_facts(facts)
-    assert type(view.gpus[0].name) is str
-    assert type(view.topology.gpu_nodes[0]) is int
-    assert type(view.topology.links[0][1]) is str
+    assert view.gpus[0].name.__class__ is str
+    assert view.topology.gpu_nodes[0].__class__ is int
+    assert view.topology.links[0][1].__class__ is str
     assert view.topology == placement_facts.read_host_facts(h100_nvswitch("gpu-a")).topology
 
 

@@ -140,8 +140,8 @@ def test_by_node_comes_from_the_plan_not_from_other_fields():
 
 def test_options_file_and_shutdown_timeout():
     instance = PLANS[0][2]["instances"][0]
-    result = vllm_unit.host_units([instance], dict(VARIABLES, vllm_extra_args={"max-model-len": 8192},
-                                                  vllm_shutdown_timeout=0))
+    variables = dict(VARIABLES, vllm_extra_args={"max-model-len": 8192}, vllm_shutdown_timeout=0)
+    result = vllm_unit.host_units([instance], variables)
     argv = result["units"][0]["argv"]
     assert argv[-2:] == ["--config", "/etc/vllm/gpufleet-%s.yaml" % instance["name"]]
     assert "--shutdown-timeout" not in argv
@@ -201,8 +201,8 @@ BAD_VARIABLES = [
     ({"vllm_version": "1.0 --index-url=http://x"}, "vllm_version: must be a version"),
     ({"vllm_python": "-c"}, "vllm_python: must be a program name or path"),
     ({"vllm_packages": ["numactl", "-y"]}, "vllm_packages[1]: must be a package name"),
-    ({"vllm_api_key": "sk-secret\nX=1"}, "vllm_api_key: must be a string on one line without control characters "
-                                          "(value hidden)"),
+    ({"vllm_api_key": "sk-secret\nX=1"},
+     "vllm_api_key: must be a string on one line without control characters (value hidden)"),
     ({"vllm_hardening": {"ExecStartPre": "/bin/sh"}}, "vllm_hardening key: must be a sandboxing directive"),
     ({"vllm_hardening": {"User": "root"}}, "vllm_hardening key: must be a sandboxing directive"),
     ({"vllm_hardening": {"PrivateTmp": "yes\nUser=root"}}, "vllm_hardening.PrivateTmp: must not contain control"),
@@ -215,8 +215,10 @@ BAD_VARIABLES = [
 ]
 
 
-@pytest.mark.parametrize("changes,message", BAD_VARIABLES, ids=[m.split(":")[0] + "-%d" % i
-                                                               for i, (c, m) in enumerate(BAD_VARIABLES)])
+BAD_VARIABLE_IDS = [m.split(":")[0] + "-%d" % i for i, (c, m) in enumerate(BAD_VARIABLES)]
+
+
+@pytest.mark.parametrize("changes,message", BAD_VARIABLES, ids=BAD_VARIABLE_IDS)
 def test_bad_variable_is_refused_naming_it_and_the_rule(changes, message):
     with pytest.raises(ValueError) as info:
         vllm_unit.host_units([INSTANCE], dict(VARIABLES, **changes))
