@@ -486,8 +486,8 @@ def download_plan(v, existing, install, host):
         raise ValueError(
             "vllm_download_python: %s does not exist or is not executable on %s, and %s is not in %s: "
             "the role does not install vLLM here (vllm_executable or vllm_install false), so point "
-            "vllm_download_python at a Python with huggingface_hub, or seed the cache and set "
-            "vllm_download_weights: false" % (plan["python"], host, model, plan["snapshots"]))
+            "vllm_download_python at a Python with huggingface_hub, put a snapshot of the model there, or "
+            "set vllm_download_weights: false" % (plan["python"], host, model, plan["snapshots"]))
     return plan
 
 

@@ -14,7 +14,9 @@ and returns the snapshot folder. Every call appends one JSON line to
 $HF_HOME/stub-downloads.jsonl: the repository id, the keyword arguments,
 sys.argv, the environment and the account it ran as. A repository id with
 "missing" in it fails the way the Hub answers an unknown or gated
-repository, after leaving a half-made snapshot folder behind.
+repository, after leaving a half-made snapshot folder behind; one with
+"slow" in it sleeps a minute after that folder (a download that overruns
+its time).
 """
 
 import getpass
@@ -22,6 +24,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 
 __version__ = "0.0.0+stub"
 
@@ -41,6 +44,8 @@ def snapshot_download(repo_id, revision=None, **kwargs):
     commit = hashlib.sha1(repo_id.encode()).hexdigest()
     snapshot = os.path.join(folder, "snapshots", commit)
     os.makedirs(snapshot, exist_ok=True)
+    if "slow" in repo_id:
+        time.sleep(60)
     if "missing" in repo_id:
         raise RepositoryNotFoundError(
             "404 Client Error. Repository Not Found for url: https://huggingface.co/api/models/%s/revision/main.\n"
