@@ -79,8 +79,6 @@ _PROGRAM = r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,254}"
 # ending with '-' or '.'.
 _HUB_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
 _HUB_ID = r"%s(?:/%s)?" % (_HUB_PART, _HUB_PART)
-# A snapshot folder of the hub cache is named by its 40-hex commit.
-SNAPSHOT_PATTERN = "[0-9a-f]" * 40
 
 # Role variables this module reads, with the check each passes.
 PATH_VARIABLES = ("vllm_state_dir", "vllm_hf_home", "vllm_cache_dir", "vllm_config_dir", "vllm_unit_dir",
