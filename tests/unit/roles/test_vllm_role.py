@@ -628,6 +628,17 @@ def test_vllm_downloads_weights_before_start(tmp_path):
     assert DOWNLOAD_TOKEN not in output
 
 
+def test_vllm_check_mode_says_it_would_download(tmp_path):
+    """Check mode downloads nothing and says what it would download."""
+    variables = dict(staging_vars(tmp_path), vllm_instances=plan_instances("h100_tp4")[:1], vllm_download_weights=True,
+                     vllm_download_python=stub_python(tmp_path), vllm_model="org/tiny-model")
+    rc, output, dummy = run_hosts(tmp_path, {"dl-check": variables}, check=True)
+    assert rc == 0, output
+    assert ("org/tiny-model would be downloaded into %s/hf (not in " % variables["vllm_state_dir"]
+            in " ".join(output.split())), output
+    assert not downloads(tmp_path) and not (tmp_path / "staging").exists()
+
+
 # --- bad input: many probes, one playbook run -------------------------------
 
 def without(mapping, key):
