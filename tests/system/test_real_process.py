@@ -122,6 +122,7 @@ def inventory(staging, addresses, gateway, binding):
                     "vllm_numactl": NUMACTL,
                     "vllm_install": False,
                     "vllm_executable": str(STUB),
+                    "vllm_download_weights": False,
                     "vllm_manage_user": False,
                     "vllm_user": user,
                     "vllm_group": group,
