@@ -200,6 +200,46 @@ def _resolve_numa(record, gid, nodes, warnings, cpu_sets=None):
     return node, cpus
 
 
+_NIC_VENDOR_PREFIXES = (("mlx", "mellanox"), ("bnxt", "broadcom"), ("irdma", "intel"), ("hfi", "intel"),
+                        ("qedr", "qlogic"), ("efa", "amazon"))
+_LOCAL_LINKS = ("PIX", "PXB", "PHB", "NODE")  # one NUMA node: below the same host bridge, or beside it
+
+
+def _merge_matrix_nics(nics, matrix_nics, table, gpus):
+    """The NIC columns of `nvidia-smi topo -m` in the facts' nics.
+
+    A column whose device (the NIC legend's name, `NIC0: mlx5_0`) is an
+    interface of a NIC sysfs found adds its GPU links to that NIC; any other
+    becomes a NIC of its own, id `NIC<n>` (or the device name old drivers
+    print), bus id unknown, NUMA node the one node of the GPUs it is
+    PIX/PXB/PHB/NODE to (null when they disagree or none is)."""
+    node_of = dict((g["id"], g["numa_node"]) for g in gpus)
+    for column in matrix_nics or []:
+        gpu_links = {}
+        for label, cls in (column.get("links") or {}).items():
+            record = table.by_key.get(label)
+            if record is not None:
+                gpu_links[_record_id(record)] = cls
+        gpu_links = dict((g["id"], gpu_links[g["id"]]) for g in gpus if g["id"] in gpu_links)
+        device = column.get("device")
+        known = [n for n in nics if device and device in (n.get("interfaces") or [])]
+        if known:
+            known[0]["gpu_links"] = gpu_links
+            continue
+        near = set(node_of.get(gid) for gid, cls in gpu_links.items() if cls in _LOCAL_LINKS)
+        vendor = next((name for prefix, name in _NIC_VENDOR_PREFIXES if (device or "").startswith(prefix)), "other")
+        nics.append({
+            "id": column["name"],
+            "pci_bus_id": None,
+            "vendor": vendor,
+            "interfaces": [device] if device else [],
+            "numa_node": near.pop() if len(near) == 1 and None not in near else None,
+            "local_cpus": None,
+            "pcie": dict.fromkeys(_PCIE_KEYS),
+            "gpu_links": gpu_links,
+        })
+
+
 def _narrow_link_warning(kind, gid, pcie):
     if not pcie:
         return None
@@ -311,7 +351,8 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
         narrow = _narrow_link_warning("NIC", nic["id"], nic.get("pcie"))
         if narrow:
             warnings.append(narrow)
-        nics.append(dict(nic))
+        nics.append(dict(nic, gpu_links={}))
+    _merge_matrix_nics(nics, (smi_topo_part or {}).get("nics"), table, gpus)
 
     for node in nodes:
         node.setdefault("socket", None)
