@@ -278,6 +278,46 @@ def test_plan_host_shared_node_without_smt_info_splits_contiguous_runs():
     assert [g["cpus"] for g in plan["groups"][:2]] == ["24-35", "36-47"]
 
 
+def _without_smt(facts):
+    facts["smt_siblings"] = []
+    return facts
+
+
+def test_plan_host_smt_unknown_two_halves_split_by_assumed_sibling_pairs_with_warning():
+    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=1)
+    assert [g["cpus"] for g in plan["groups"][:2]] == ["0-11,96-107", "12-23,108-119"]
+    assert plan["groups"] == placement.plan_host(h100_nvswitch(), tp_size=1)["groups"]
+    assert ("SMT siblings unknown (smt_siblings is empty): NUMA node 0's CPUs are taken as sibling pairs n and n+96, "
+            "the usual Linux numbering, to split it between the 4 instances sharing it by core") in plan["warnings"]
+
+
+def test_plan_host_smt_unknown_reserves_the_assumed_sibling_too():
+    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=4, reserved_cpus_per_socket=1)
+    assert [g["cpus"] for g in plan["groups"]] == ["1-47,97-143", "49-95,145-191"]
+    assert any("to reserve whole cores (reserved_cpus_per_socket)" in w for w in plan["warnings"])
+
+
+def test_plan_host_smt_unknown_assumption_silent_where_nothing_is_split():
+    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=4)
+    assert not any("SMT" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize("nodes, expected", [
+    ({0: (0, "0-31")}, {0: 16}),  # one node: half of all CPUs
+    ({0: (0, "0-47,96-143"), 1: (1, "48-95,144-191")}, {0: 96, 1: 96}),
+    ({0: (0, "0-23"), 1: (0, "24-47"), 2: (1, "48-71"), 3: (1, "72-95")}, {}),  # one run each, of a larger host
+    ({0: (0, "0-63,128-191"), 1: (1, "64-127,192-254")}, {0: 128}),  # 127 CPUs: no halves
+    ({0: (0, "0-3,8-10")}, {}),
+    ({0: (0, "0-1,4,6")}, {}),  # offsets differ
+    ({0: (0, "")}, {}),
+])
+def test_assumed_smt_offsets(nodes, expected):
+    from ansible_collections.gpufleet.numa.plugins.module_utils.placement_cpus import assumed_smt_offsets
+
+    node_cpus = dict((n, tuple(parse_cpulist(cpus))) for n, (_s, cpus) in nodes.items())
+    assert assumed_smt_offsets(node_cpus) == expected
+
+
 def test_plan_host_unshared_node_not_marked_shared():
     plan = placement.plan_host(h100_nvswitch(), tp_size=4)
     assert [g["cpus_shared_node"] for g in plan["groups"]] == [False, False]
@@ -519,7 +559,8 @@ def test_plan_host_16_distinct_gpus_on_one_socket_searched_exactly():
     table = {}
     palette = ["NV4", "NV8", "PIX", "PXB", "NODE", "SYS", "PHB"]
     facts = make_facts(
-        "x", {0: (0, "0-63")}, [0] * 16, lambda i, j: table.setdefault((min(i, j), max(i, j)), rng.choice(palette))
+        "x", {0: (0, "0-63")}, [0] * 16, lambda i, j: table.setdefault((min(i, j), max(i, j)), rng.choice(palette)),
+        smt=[[c] for c in range(64)],
     )
     placement.clear_cache()
     plan = placement.plan_host(facts, tp_size=4)
