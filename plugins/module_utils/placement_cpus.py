@@ -48,10 +48,11 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
     """
     notes = []
     node_cpus = dict((n.id, cpulist_cpus(n.cpus)) for n in topology.nodes)
+    usable = dict((n.id, cpulist_cpus(n.usable)) for n in topology.nodes)
     for entry in inst_nodes:
         for n, _w in entry:
             if n not in node_cpus:
-                node_cpus[n] = _gpu_local_cpus(topology, n)
+                node_cpus[n] = usable[n] = _gpu_local_cpus(topology, n)
                 notes.append("NUMA node %d is not in numa_nodes; using its GPUs' local_cpus (%s)" % (
                     n, _cpulist.format_cpulist(node_cpus[n]) or "none"))
     core_of = {}
@@ -85,13 +86,15 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
             return sorted(seen.values())
         return [(c,) for c in sorted(cpus)]
 
+    # Only usable CPUs are handed out (cgroup cpuset, allowed list, isolcpus):
+    # numactl refuses a CPU outside the service's allowed set.
+    available = dict((n, set(c)) for n, c in usable.items())
     # Reserved housekeeping CPUs: the first N physical cores of each socket.
-    available = dict((n, set(c)) for n, c in node_cpus.items())
     if reserved:
         sockets = {}
-        for n in node_cpus:
+        for n in available:
             label = node_socket.get(n)
-            sockets.setdefault(("node", n) if label is None else label, set()).update(node_cpus[n])
+            sockets.setdefault(("node", n) if label is None else label, set()).update(available[n])
         taken = set()
         for cpus in sockets.values():
             for core in cores(cpus)[:reserved]:
@@ -100,7 +103,7 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
             if taken & set(node_cpus[n]):
                 tell(n, "reserve whole cores (reserved_cpus_per_socket)")
         for n in available:
-            if node_cpus[n] and not (available[n] - taken):
+            if available[n] and not (available[n] - taken):
                 raise PlacementError("host %s: reserved_cpus_per_socket %d leaves no CPUs on NUMA node %d"
                                      % (host, reserved, n))
             available[n] -= taken
@@ -124,6 +127,12 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
     for idx, src in enumerate(sources):
         for n, w in src:
             users.setdefault(n, []).append((idx, w))
+    for n in sorted(set(n for entry in inst_nodes for n, _w in entry) | set(users)):
+        left_out = set(node_cpus.get(n) or ()) - set(usable.get(n) or ())
+        if left_out:
+            notes.append("NUMA node %d: CPUs %s are not usable by services (not in its usable_cpus %s: cgroup "
+                         "cpuset, allowed CPUs or isolcpus); not handed out" % (
+                             n, _cpulist.format_cpulist(left_out), _cpulist.format_cpulist(usable[n]) or "none"))
     parts = [set() for _inst in inst_nodes]
     shared = [False] * len(inst_nodes)
     for n, members in users.items():

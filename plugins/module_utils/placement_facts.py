@@ -56,6 +56,8 @@ class Node(NamedTuple):
     cpus: str  # cpulist; "" for a memory-only node or when the facts hold none
     socket: Optional[int]
     distances: tuple  # ((node, distance), ...) sorted by node
+    usable: str  # the CPUs of cpus that services may use (usable_cpus; cpus when the facts do not say)
+    memory_only: bool  # cpus is "" in the facts: a node without CPUs (HBM, CXL, a GPU's memory)
 
 
 class Socket(NamedTuple):
@@ -356,7 +358,7 @@ def _read_nodes(facts, host):
     for i, entry in enumerate(_list(host, "numa_nodes", facts.get("numa_nodes"))):
         if not _is_mapping(entry):
             _fail(host, "numa_nodes[%d]" % i, "must be a mapping", entry)
-        node_id, cpus, socket, distances = map(entry.get, _NODE_FIELDS)
+        node_id, cpus, socket, distances, usable = map(entry.get, _NODE_FIELDS)
         if not (type(node_id) is int and node_id >= 0 and (socket is None or (type(socket) is int and socket >= 0))):
             node_id = _int(host, "numa_nodes[%d].id" % i, node_id)
             socket = _opt_int(host, "numa_nodes[%d].socket" % i, socket)
@@ -372,11 +374,18 @@ def _read_nodes(facts, host):
             distances = _read_distances(host, "numa_nodes[%d].distances" % i, distances)
         elif distances is not None and not _is_mapping(distances):
             _fail(host, "numa_nodes[%d].distances" % i, "must be a mapping", distances)
-        nodes[node_id] = Node(node_id, cpus or "", socket, distances or ())
+        if usable is None:
+            usable = cpus or ""
+        else:
+            path = "numa_nodes[%d].usable_cpus" % i
+            usable = _cpulist_field(host, path, usable)
+            if not set(cpulist_cpus(usable)) <= set(cpulist_cpus(cpus or "")):
+                _fail(host, path, "must be a subset of the node's cpus %s" % show(cpus or ""), usable)
+        nodes[node_id] = Node(node_id, cpus or "", socket, distances or (), usable, cpus == "")
     return tuple(nodes[n] for n in sorted(nodes))
 
 
-_NODE_FIELDS = ("id", "cpus", "socket", "distances")
+_NODE_FIELDS = ("id", "cpus", "socket", "distances", "usable_cpus")
 
 
 def _read_sockets(facts, host):

@@ -207,12 +207,28 @@ def test_plan_host_missing_link_ranked_below_sys_with_warning():
     assert any("no link class" in w for w in plan["warnings"])
 
 
-def test_plan_host_memory_only_node_never_gets_bound_cpus():
+def test_plan_host_memory_only_node_is_never_a_home():
+    # GPUs the facts put on a node without CPUs are placed on the nearest node with CPUs
+    # of its socket; neither CPUs nor memory are bound to the memory-only node.
     facts = make_facts("x", {0: (0, "0-7"), 1: (0, "")}, [1, 1], lambda i, j: "NV4")
     plan = placement.plan_host(facts, tp_size=2)
-    assert plan["groups"][0]["numa_nodes"] == [1]
-    assert plan["groups"][0]["cpus"] == "0-7"
-    assert any("have no CPUs" in w for w in plan["warnings"])
+    assert plan["groups"][0]["numa_nodes"] == [0]
+    assert plan["groups"][0]["binding"] == {"cpus": "0-7", "mems": [0], "policy": "bind", "by_node": True}
+    assert ("GPU 0000:10:00.0 (index 0) is on NUMA node 1, which has no CPUs (memory only): placed on node 0, "
+            "the nearest with CPUs; memory bound there, not to node 1") in plan["warnings"]
+
+
+def test_plan_host_memory_only_node_home_by_slit_distance_or_none():
+    facts = make_facts("x", {0: (0, "0-7"), 1: (0, "8-15"), 2: (0, "")}, [2, 2], lambda i, j: "NV4")
+    facts["numa_nodes"][2]["distances"] = {"0": 40, "1": 20, "2": 10}
+    assert placement.plan_host(facts, tp_size=2)["groups"][0]["numa_nodes"] == [1]
+    # socket unknown, two nodes with CPUs, no distances: no home; the GPUs stay unused
+    facts = make_facts("x", {0: (None, "0-7"), 1: (None, "8-15"), 2: (None, "")}, [2, 2, 0], lambda i, j: "NV4",
+                       sockets=False)
+    plan = placement.plan_host(facts, tp_size=1)
+    assert [g["gpu_indices"] for g in plan["groups"]] == [[2]]
+    assert [u["index"] for u in plan["unused"]] == [0, 1]
+    assert "NUMA node 2 has no CPUs (memory only)" in plan["unused"][0]["reason"]
 
 
 # ---------------------------------------------------------------- exclusion

@@ -37,8 +37,8 @@ def collect(builder):
 def test_collect_numa_nodes_memory_distances_sockets():
     facts = collect(two_socket_host())
     assert facts["numa_nodes"] == [
-        {"id": 0, "cpus": "0-1,4-5", "memory_mb": 2048, "distances": {0: 10, 1: 21}, "socket": 0},
-        {"id": 1, "cpus": "2-3,6-7", "memory_mb": 1024, "distances": {0: 21, 1: 10}, "socket": 1},
+        {"id": 0, "cpus": "0-1,4-5", "memory_mb": 2048, "distances": {0: 10, 1: 21}, "socket": 0, "usable_cpus": None},
+        {"id": 1, "cpus": "2-3,6-7", "memory_mb": 1024, "distances": {0: 21, 1: 10}, "socket": 1, "usable_cpus": None},
     ]
     assert facts["sockets"] == [
         {"id": 0, "numa_nodes": [0], "cpus": "0-1,4-5"},
@@ -66,7 +66,8 @@ def test_collect_memory_only_node_has_empty_cpus_and_no_socket():
     b.files["/sys/devices/system/node/node1/distance"] = "21 10 30\n"
     facts = collect(b)
     node2 = facts["numa_nodes"][2]
-    assert node2 == {"id": 2, "cpus": "", "memory_mb": 512, "distances": {0: 30, 1: 30, 2: 10}, "socket": None}
+    assert node2 == {"id": 2, "cpus": "", "memory_mb": 512, "distances": {0: 30, 1: 30, 2: 10}, "socket": None,
+                     "usable_cpus": None}
 
 
 def test_collect_bad_distance_row_warns_and_leaves_empty():

@@ -23,8 +23,8 @@ MACHINE_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(MACHINE
 FACT_KEYS = {"schema_version", "hostname", "sources", "sockets", "numa_nodes", "smt_siblings",
              "gpus", "nics", "links", "warnings"}
 GPU_KEYS = {"id", "index", "pci_bus_id", "uuid", "name", "vendor", "numa_node", "local_cpus",
-            "memory_mb", "mig_mode", "pcie"}
-NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket"}
+            "memory_mb", "mig_mode", "pcie", "memory_numa_node"}
+NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket", "kind", "usable_cpus"}
 NVIDIA = "0x10de"
 
 # Two RTX A6000 with an NVLink bridge, one per socket, as nvidia-smi prints them.
@@ -114,8 +114,10 @@ def test_facts_from_capture_topo_matrix_only():
     assert [(g["id"], g["index"], g["pci_bus_id"], g["numa_node"], g["local_cpus"]) for g in facts["gpus"]] == [
         ("GPU0", 0, None, 0, "0-1,4-5"), ("GPU1", 1, None, 1, "2-3,6-7")]
     assert facts["numa_nodes"] == [
-        {"id": 0, "cpus": "0-1,4-5", "memory_mb": None, "distances": {}, "socket": None},
-        {"id": 1, "cpus": "2-3,6-7", "memory_mb": None, "distances": {}, "socket": None},
+        {"id": 0, "cpus": "0-1,4-5", "memory_mb": None, "distances": {}, "socket": None,
+         "kind": "cpu", "usable_cpus": None},
+        {"id": 1, "cpus": "2-3,6-7", "memory_mb": None, "distances": {}, "socket": None,
+         "kind": "cpu", "usable_cpus": None},
     ]
     assert facts["sockets"] == [] and facts["smt_siblings"] == []
     assert facts["links"] == {"GPU0": {"GPU1": "NV4"}, "GPU1": {"GPU0": "NV4"}}
@@ -217,7 +219,8 @@ def test_assemble_no_gpu_host_has_numa_facts_and_empty_gpus():
              net=["eth0"], width=(0, 0), speed=("Unknown", "Unknown"))
     facts = topology.facts_from_capture(b.capture(hostname="plain"))
     assert facts["gpus"] == [] and facts["links"] == {}
-    assert facts["numa_nodes"] == [{"id": 0, "cpus": "0-3", "memory_mb": 8192, "distances": {0: 10}, "socket": 0}]
+    assert facts["numa_nodes"] == [{"id": 0, "cpus": "0-3", "memory_mb": 8192, "distances": {0: 10}, "socket": 0,
+                                   "kind": "cpu", "usable_cpus": None}]
     assert facts["nics"][0]["interfaces"] == ["eth0"]
     assert facts["nics"][0]["numa_node"] == 0
     assert topology.summary(facts)[:2] == [
