@@ -564,6 +564,22 @@ def test_plan_host_recorded_fixture_matches_expected_plans(folder):
         ]
         assert got == case["groups"], options
         assert [u["id"] for u in plan["unused"]] == case.get("unused", []), options
+        _check_binding_within_usable_cpus(plan, facts)
+
+
+def _check_binding_within_usable_cpus(plan, facts):
+    """No instance is bound to a CPU services may not use (numactl fails at start on one), nor by node
+    when its nodes hold such CPUs."""
+    usable = set()
+    whole = {}
+    for node in facts["numa_nodes"]:
+        cpus = node["usable_cpus"] if node["usable_cpus"] is not None else node["cpus"]
+        usable |= set(parse_cpulist(cpus or ""))
+        whole[node["id"]] = node["usable_cpus"] is None or node["usable_cpus"] == node["cpus"]
+    for grp in plan["groups"]:
+        assert set(parse_cpulist(grp["binding"]["cpus"])) <= usable, grp["cpus"]
+        if grp["binding"]["by_node"]:
+            assert all(whole[n] for n in grp["binding"]["mems"]), grp["binding"]
 
 
 # ---------------------------------------------------------------- search limits

@@ -84,6 +84,23 @@ def test_facts_from_capture_recorded_machines_match_expected_links(machine):
         assert sorted(row) == sorted(want[a]), a
 
 
+def test_facts_from_capture_recorded_machines_match_expected_numa_nodes_and_nics(machine):
+    # expected.yml may state fields of NUMA nodes (by id) and NICs (by id); those it states must match
+    facts, expected = machine[1], machine[2]
+    nodes = dict((n["id"], n) for n in facts["numa_nodes"])
+    if expected.get("numa_nodes"):
+        assert sorted(nodes) == sorted(expected["numa_nodes"])
+    for node_id, fields in (expected.get("numa_nodes") or {}).items():
+        for field, value in fields.items():
+            assert nodes[node_id][field] == value, "node %s %s" % (node_id, field)
+    nics = dict((n["id"], n) for n in facts["nics"])
+    if "nics" in expected:
+        assert sorted(nics) == sorted(expected["nics"])
+    for nic_id, fields in (expected.get("nics") or {}).items():
+        for field, value in fields.items():
+            assert nics[nic_id][field] == value, "NIC %s %s" % (nic_id, field)
+
+
 def test_facts_from_capture_unknown_numa_is_null_with_warning(machine):
     # Asserts for every machine: the GPUs left without a NUMA node are
     # exactly those expected.yml (written by hand) says, each has its own
