@@ -343,3 +343,75 @@ def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(t
     assert recorded["commands"] == {TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT}
     replayed = topology.facts_from_capture(recorded)
     assert replayed["gpus"] == facts["gpus"] and replayed["links"] == facts["links"]
+
+
+# ---------------------------------------------------------------- memory-only NUMA nodes (Grace Hopper, CXL)
+
+GH200 = os.path.join(MACHINES, "gh200_grace_hopper", "capture.yml")
+
+
+def _gh200():
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture
+
+    return load_capture(GH200)
+
+
+def test_facts_gpu_put_on_its_memory_node_by_sysfs_keeps_cpu_locality():
+    # a kernel that gives the GPU's PCI device its memory node: that node is the GPU's memory, not its home
+    capture = _gh200()
+    capture["files"]["/sys/bus/pci/devices/0009:01:00.0/numa_node"] = "1\n"
+    facts = topology.facts_from_capture(capture)
+    (gpu,) = facts["gpus"]
+    assert (gpu["numa_node"], gpu["memory_numa_node"]) == (0, 1)
+    assert ("GPU 0009:01:00.0: sysfs puts it on NUMA node 1, which has no CPUs (memory only); taken as the GPU's "
+            "memory node, not its CPU locality") in facts["warnings"]
+    assert [n["kind"] for n in facts["numa_nodes"][:3]] == ["cpu", "gpu_memory", "memory"]
+
+
+def test_facts_gpu_on_memory_node_without_other_source_takes_node_of_its_local_cpus():
+    capture = _gh200()
+    capture["files"]["/sys/bus/pci/devices/0009:01:00.0/numa_node"] = "1\n"
+    del capture["commands"]
+    (gpu,) = topology.facts_from_capture(capture)["gpus"]
+    assert (gpu["numa_node"], gpu["memory_numa_node"]) == (0, 1)
+
+
+def test_facts_topo_matrix_only_gpu_numa_id_is_a_memory_node():
+    capture = {"capture_version": 1, "commands": {TOPO_COMMAND: _gh200()["commands"][TOPO_COMMAND]}}
+    facts = topology.facts_from_capture(capture)
+    assert [(n["id"], n["cpus"], n["kind"]) for n in facts["numa_nodes"]] == [(0, "0-71", "cpu"),
+                                                                               (1, "", "gpu_memory")]
+    assert [(g["id"], g["numa_node"], g["memory_numa_node"]) for g in facts["gpus"]] == [("GPU0", 0, 1)]
+    assert facts["nics"] == [{"id": "NIC0", "pci_bus_id": None, "vendor": "mellanox", "interfaces": ["mlx5_0"],
+                              "numa_node": 0, "local_cpus": None, "pcie": dict.fromkeys(
+                                  ("current_speed", "max_speed", "current_width", "max_width")),
+                              "gpu_links": {"GPU0": "NODE"}}]
+
+
+def test_facts_nic_column_numa_node_null_when_its_gpus_disagree():
+    text = ("\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\n"
+            "GPU0\t X \tSYS\tPIX\tSYS\t0-3\t0\n"
+            "GPU1\tSYS\t X \tNODE\tSYS\t4-7\t1\n"
+            "NIC0\tPIX\tNODE\t X \tSYS\n"
+            "NIC1\tSYS\tSYS\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n")
+    facts = topology.facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: text}})
+    assert [(n["id"], n["interfaces"], n["numa_node"], n["gpu_links"]) for n in facts["nics"]] == [
+        ("NIC0", ["mlx5_0"], None, {"GPU0": "PIX", "GPU1": "NODE"}),
+        ("NIC1", ["mlx5_1"], None, {"GPU0": "SYS", "GPU1": "SYS"}),
+    ]
+
+
+def test_record_keeps_only_the_cpu_lines_of_proc_self_status(tmp_path):
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import RecordingReader
+
+    tree = tmp_path / "root"
+    write_tree(two_gpu_host().capture(), tree)
+    (tree / "proc" / "self").mkdir(parents=True)
+    (tree / "proc" / "self" / "status").write_text(
+        "Name:\tansible\nUid:\t1000\t1000\t1000\t1000\nGroups:\t27 1000\nCpus_allowed:\t0f\n"
+        "Cpus_allowed_list:\t0-3\nMems_allowed_list:\t0-1\n")
+    recorder = RecordingReader(LiveReader(root=str(tree), which=lambda name: None))
+    facts = topology.gather(recorder)[0]
+    assert recorder.capture["files"]["/proc/self/status"] == "Cpus_allowed:\t0f\nCpus_allowed_list:\t0-3\n"
+    assert [n["usable_cpus"] for n in facts["numa_nodes"]] == ["0-1", "2-3"]
+    assert [n["usable_cpus"] for n in topology.facts_from_capture(recorder.capture)["numa_nodes"]] == ["0-1", "2-3"]
