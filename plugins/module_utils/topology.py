@@ -518,6 +518,11 @@ def summary(facts):
         memory = "unknown" if node["memory_mb"] is None else "%d MB" % node["memory_mb"]
         sock = "" if node["socket"] is None else " (socket %d)" % node["socket"]
         cpus = node["cpus"] if node["cpus"] else ("none (memory only)" if node["cpus"] == "" else "unknown")
+        if node.get("kind") == "gpu_memory":
+            cpus = "none (a GPU's memory)"
+        usable = node.get("usable_cpus")
+        if node["cpus"] and usable is not None and usable != node["cpus"]:
+            cpus += " (usable by services: %s)" % (usable or "none")
         lines.append("NUMA node %d%s: CPUs %s; memory %s" % (node["id"], sock, cpus, memory))
         for gpu in gpus:
             if gpu["numa_node"] == node["id"]:

@@ -415,3 +415,24 @@ def test_record_keeps_only_the_cpu_lines_of_proc_self_status(tmp_path):
     assert recorder.capture["files"]["/proc/self/status"] == "Cpus_allowed:\t0f\nCpus_allowed_list:\t0-3\n"
     assert [n["usable_cpus"] for n in facts["numa_nodes"]] == ["0-1", "2-3"]
     assert [n["usable_cpus"] for n in topology.facts_from_capture(recorder.capture)["numa_nodes"]] == ["0-1", "2-3"]
+
+
+def test_facts_plain_text_capture_with_tabs_keeps_its_nic_columns(tmp_path):
+    # `nvidia-smi topo -m > host.txt`, tab-separated, with a NIC column and legend
+    path = tmp_path / "host.txt"
+    path.write_text("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+                    "GPU0\t X \tNV4\tPIX\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \tSYS\t8-15\t1\t\tN/A\n"
+                    "NIC0\tPIX\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    facts = topology.facts_from_capture(str(path))
+    assert [(n["id"], n["interfaces"], n["numa_node"], n["gpu_links"]) for n in facts["nics"]] == [
+        ("NIC0", ["mlx5_0"], 0, {"GPU0": "PIX", "GPU1": "SYS"})]
+    assert [g["memory_numa_node"] for g in facts["gpus"]] == [None, None]
+
+
+def test_summary_names_gpu_memory_nodes_and_usable_cpus():
+    lines = topology.summary(topology.facts_from_capture(GH200))
+    assert "NUMA node 1: CPUs none (a GPU's memory); memory 97280 MB" in lines
+    assert "NUMA node 2: CPUs none (memory only); memory 0 MB" in lines
+    lines = topology.summary(topology.facts_from_capture(os.path.join(MACHINES, "mi300x_8gpu_lxc_cpuset",
+                                                                      "capture.yml")))
+    assert "NUMA node 0 (socket 0): CPUs 0-55,112-167 (usable by services: 0-14,112-126); memory unknown" in lines
