@@ -38,7 +38,7 @@ GPU_KEYS = {
     "index", "pci_bus_id", "uuid", "name", "memory_mb", "numa_node",
     "local_cpus", "mig_mode", "pcie", "vendor",
 }
-NVIDIA_SMI_GPU_KEYS = {"memory_numa_node"}  # nvidia-smi's GPU NUMA ID; NVML's partial has no such key
+NVIDIA_SMI_GPU_KEYS = {"memory_numa_node"}  # the GPU's own memory node (GPU NUMA ID, nvmlDeviceGetNumaNodeId)
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # For the properties whose single example is costly (big records, long matrices).
 FUZZ_HEAVY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
