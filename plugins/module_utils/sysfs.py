@@ -305,6 +305,7 @@ def pci_devices(reader, nodes, warnings):
                 "numa_node": node,
                 "local_cpus": local_cpus,
                 "pcie": _pcie(reader, base),
+                "pci_path": _pci_chain(reader, entry),
             })
     gpus.sort(key=lambda g: g["pci_bus_id"])
     nics.sort(key=lambda n: n["pci_bus_id"])
@@ -360,6 +361,19 @@ def pci_tree_links(gpus, nodes=()):
             row[b["pci_bus_id"]] = pci_link_class(a["pci_path"], b["pci_path"], node_a, node_b)
         links[a["pci_bus_id"]] = row
     return links
+
+
+def nic_gpu_links(nics, gpus, nodes=()):
+    """Each NIC's link class to every GPU from the PCI tree (as nvidia-smi
+    topo -m prints it in its NIC columns): nic["gpu_links"], by GPU bus id.
+    The PCI path is dropped from the NIC (it is no fact)."""
+    cpu_sets = node_cpu_sets(nodes)
+    gpu_nodes = [_effective_node(g, nodes, cpu_sets) for g in gpus]
+    for nic in nics:
+        path = nic.pop("pci_path", None)
+        nic_node = _effective_node(nic, nodes, cpu_sets)
+        nic["gpu_links"] = dict(
+            (g["pci_bus_id"], pci_link_class(path, g["pci_path"], nic_node, node)) for g, node in zip(gpus, gpu_nodes))
 
 
 def _properties(text):
@@ -542,6 +556,7 @@ def collect(reader, cgroup_slice=DEFAULT_SLICE):
     gpus, nics = pci_devices(reader, nodes, warnings)
     found = bool(nodes or cpus["online"] or gpus or nics or reader.listdir(PCI_DIR))
     links = pci_tree_links(gpus, nodes)
+    nic_gpu_links(nics, gpus, nodes)
     gpu_nodes = kfd_gpu_nodes(reader) if any(g["vendor"] == "amd" for g in gpus) else []
     _index_amd_gpus(gpus, gpu_nodes, warnings)
     # XGMI beats any PCIe path between the same two AMD GPUs.

@@ -209,6 +209,16 @@ _NIC_VENDOR_PREFIXES = (("mlx", "mellanox"), ("bnxt", "broadcom"), ("irdma", "in
 _LOCAL_LINKS = ("PIX", "PXB", "PHB", "NODE")  # one NUMA node: below the same host bridge, or beside it
 
 
+def _sysfs_nic_links(links, table):
+    """A sysfs NIC's gpu_links (by bus id) keyed by the facts' GPU ids."""
+    out = {}
+    for bus_id, cls in (links or {}).items():
+        record = table.by_key.get(bus_id)
+        if record is not None:
+            out[_record_id(record)] = cls
+    return out
+
+
 def _merge_matrix_nics(nics, matrix_nics, table, gpus):
     """The NIC columns of `nvidia-smi topo -m` in the facts' nics.
 
@@ -394,7 +404,7 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
         narrow = _narrow_link_warning("NIC", nic["id"], nic.get("pcie"))
         if narrow:
             warnings.append(narrow)
-        nics.append(dict(nic, gpu_links={}))
+        nics.append(dict(nic, gpu_links=_sysfs_nic_links(nic.get("gpu_links"), table)))
     _merge_matrix_nics(nics, (smi_topo_part or {}).get("nics"), table, gpus)
 
     for node in nodes:

@@ -357,8 +357,8 @@ ansible_facts:
               sample: {current_speed: "16.0 GT/s PCIe", max_speed: "16.0 GT/s PCIe", current_width: 16, max_width: 16}
             gpu_links:
               description: >-
-                GPU id to the NIC's link class (PIX, PXB, PHB, NODE, SYS) from the NIC's column of
-                C(nvidia-smi topo -m); empty when unknown.
+                GPU id to the NIC's link class (PIX, PXB, PHB, NODE, SYS), as the NIC columns of
+                C(nvidia-smi topo -m) give it - from the PCI tree, that column overriding it; empty when unknown.
               type: dict
               sample: {"0000:1a:00.0": PIX}
         links:
