@@ -278,6 +278,7 @@ def random_host(rng, case):
                 threads = []  # a memory-only node
             nodes[s * per_socket + k] = (s, format_cpulist(threads))
     restricted = rng.random() < 0.2  # a container's cpuset, isolcpus: some CPUs of each node unusable
+    hide_smt = rng.random() < 0.4  # SMT threads numbered n, n + 1000, but the facts do not say (topo -m only)
     n_gpus = rng.randint(0, 16)
     palette = rng.sample(LINKS, rng.randint(1, 4))
     # unknown NUMA nodes: null, or -1 as sysfs reads it
@@ -291,7 +292,7 @@ def random_host(rng, case):
         nodes,
         gpu_nodes,
         lambda i, j: table[(min(i, j), max(i, j))],
-        smt=cores if smt else None,
+        smt=cores if smt and not hide_smt else None,
         sockets=known_sockets,
     )
     if restricted:
@@ -335,6 +336,7 @@ def _random_cases():
 def test_plan_host_matches_reference_on_random_topologies():
     placeable_max = 0
     planned = 0
+    seen = dict.fromkeys(SEEN, 0)
     for facts, tp, pp, allow_span, cap, exclude in _random_cases():
         placeable_max = max(placeable_max, len(facts["gpus"]))
         expected = reference_best(facts, tp, pp, allow_span, cap, exclude)
@@ -349,9 +351,16 @@ def test_plan_host_matches_reference_on_random_topologies():
         got = engine_objective(plan, facts, pp, cap, exclude)
         assert got == expected, (facts["hostname"], tp, pp, allow_span, cap, exclude)
         _check_cpus(plan, facts)
-    # the generator must reach the interesting sizes, or this test proves little
+        for name, words in SEEN.items():
+            seen[name] += any(words in w for w in plan["warnings"])
+    # the generator must reach the interesting sizes and cases, or this test proves little
     assert placeable_max >= 14
     assert planned >= 500
+    assert min(seen.values()) >= 20, seen
+
+
+SEEN = {"memory-only home": "which has no CPUs (memory only)", "restricted": "not usable by services",
+        "assumed SMT": "SMT siblings unknown"}
 
 
 def _usable_cpus(node):
