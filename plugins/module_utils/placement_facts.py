@@ -8,8 +8,9 @@ planner are checked: every field the planner reads, its shape and its
 type. Anything else fails with a PlacementError naming the host and the
 field path ("host gpu-a: numa_topology.gpus[3].numa_node must be an
 integer >= 0, -1 (unknown) or null, got 'x'"). A numa_node of -1 (the
-kernel's NUMA_NO_NODE) reads as unknown, with a warning. Fields the planner does not read (memory_mb,
-vendor, pcie, nics, ...) are neither checked nor kept.
+kernel's NUMA_NO_NODE) reads as unknown, with a warning. A node's usable_cpus must be a
+subset of its cpus. Fields the planner does not read (memory_mb, vendor, pcie, nics, a
+node's kind, a GPU's memory_numa_node, ...) are neither checked nor kept.
 
 The result is a frozen view in plain types: the GPUs' identities in PCI
 order, and a Topology holding everything else the planner reads. The plan
@@ -71,7 +72,8 @@ class Topology(NamedTuple):
     Per GPU position (PCI order): NUMA node (None when unknown) and
     local_cpus; the link class of every GPU pair by position (facts links
     in either direction; None when the facts hold none); the NUMA nodes by
-    id; the sockets as listed; the SMT sibling lists.
+    id (with their usable CPUs, and whether they are memory-only); the
+    sockets as listed; the SMT sibling lists.
     """
 
     gpu_nodes: tuple
