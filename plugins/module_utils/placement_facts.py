@@ -8,8 +8,9 @@ planner are checked: every field the planner reads, its shape and its
 type. Anything else fails with a PlacementError naming the host and the
 field path ("host gpu-a: numa_topology.gpus[3].numa_node must be an
 integer >= 0, -1 (unknown) or null, got 'x'"). A numa_node of -1 (the
-kernel's NUMA_NO_NODE) reads as unknown, with a warning. Fields the planner does not read (memory_mb,
-vendor, pcie, nics, ...) are neither checked nor kept.
+kernel's NUMA_NO_NODE) reads as unknown, with a warning. A node's usable_cpus must be a
+subset of its cpus. Fields the planner does not read (memory_mb, vendor, pcie, nics, a
+node's kind, a GPU's memory_numa_node, ...) are neither checked nor kept.
 
 The result is a frozen view in plain types: the GPUs' identities in PCI
 order, and a Topology holding everything else the planner reads. The plan
@@ -56,6 +57,8 @@ class Node(NamedTuple):
     cpus: str  # cpulist; "" for a memory-only node or when the facts hold none
     socket: Optional[int]
     distances: tuple  # ((node, distance), ...) sorted by node
+    usable: str  # the CPUs of cpus that services may use (usable_cpus; cpus when the facts do not say)
+    memory_only: bool  # cpus is "" in the facts: a node without CPUs (HBM, CXL, a GPU's memory)
 
 
 class Socket(NamedTuple):
@@ -69,7 +72,8 @@ class Topology(NamedTuple):
     Per GPU position (PCI order): NUMA node (None when unknown) and
     local_cpus; the link class of every GPU pair by position (facts links
     in either direction; None when the facts hold none); the NUMA nodes by
-    id; the sockets as listed; the SMT sibling lists.
+    id (with their usable CPUs, and whether they are memory-only); the
+    sockets as listed; the SMT sibling lists.
     """
 
     gpu_nodes: tuple
@@ -356,7 +360,7 @@ def _read_nodes(facts, host):
     for i, entry in enumerate(_list(host, "numa_nodes", facts.get("numa_nodes"))):
         if not _is_mapping(entry):
             _fail(host, "numa_nodes[%d]" % i, "must be a mapping", entry)
-        node_id, cpus, socket, distances = map(entry.get, _NODE_FIELDS)
+        node_id, cpus, socket, distances, usable = map(entry.get, _NODE_FIELDS)
         if not (node_id.__class__ is int and node_id >= 0 and (socket is None or (socket.__class__ is int and socket >= 0))):
             node_id = _int(host, "numa_nodes[%d].id" % i, node_id)
             socket = _opt_int(host, "numa_nodes[%d].socket" % i, socket)
@@ -372,11 +376,18 @@ def _read_nodes(facts, host):
             distances = _read_distances(host, "numa_nodes[%d].distances" % i, distances)
         elif distances is not None and not _is_mapping(distances):
             _fail(host, "numa_nodes[%d].distances" % i, "must be a mapping", distances)
-        nodes[node_id] = Node(node_id, cpus or "", socket, distances or ())
+        if usable is None:
+            usable = cpus or ""
+        else:
+            path = "numa_nodes[%d].usable_cpus" % i
+            usable = _cpulist_field(host, path, usable)
+            if not set(cpulist_cpus(usable)) <= set(cpulist_cpus(cpus or "")):
+                _fail(host, path, "must be a subset of the node's cpus %s" % show(cpus or ""), usable)
+        nodes[node_id] = Node(node_id, cpus or "", socket, distances or (), usable, cpus == "")
     return tuple(nodes[n] for n in sorted(nodes))
 
 
-_NODE_FIELDS = ("id", "cpus", "socket", "distances")
+_NODE_FIELDS = ("id", "cpus", "socket", "distances", "usable_cpus")
 
 
 def _read_sockets(facts, host):
