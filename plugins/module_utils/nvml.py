@@ -151,7 +151,7 @@ def _collect_device(pynvml, index, handle, cpu_words):
     if ok:
         try:
             device["mig_mode"] = {"current": int(mig[0]), "pending": int(mig[1])}
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, LookupError):  # any shape but a pair
             errors["mig_mode"] = "unexpected value %r" % (mig,)
 
     pcie = {}
