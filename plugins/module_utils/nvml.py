@@ -75,6 +75,16 @@ PCIE_SPEEDS = {
 }
 
 
+def import_pynvml():
+    """The pynvml module (from nvidia-ml-py) when it imports, else None: it
+    is optional, and a broken binding must not fail the module."""
+    try:
+        import pynvml  # pylint: disable=import-outside-toplevel
+    except Exception:  # pylint: disable=broad-except
+        return None
+    return pynvml
+
+
 def _error_text(exc):
     text = str(exc).strip()
     return text or type(exc).__name__

@@ -396,6 +396,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.nvml import import_pynvml
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather_live, summary
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
     CAPTURE_MAX_BYTES,
@@ -412,14 +413,6 @@ ARGUMENT_SPEC = dict(
     nvidia_smi_timeout=dict(type="int", default=COMMAND_TIMEOUT),
     cgroup_slice=dict(type="str", default="system.slice"),
 )
-
-
-def _import_pynvml():
-    try:
-        import pynvml  # from nvidia-ml-py; optional
-    except Exception:  # a broken binding must not fail fact gathering
-        return None
-    return pynvml
 
 
 def main():
@@ -439,7 +432,7 @@ def main():
             return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
         return module.get_bin_path(name)
 
-    pynvml = _import_pynvml() if params["nvml"] else None
+    pynvml = import_pynvml() if params["nvml"] else None
     try:
         facts, capture = gather_live(
             root=params["root"], which=which, nvidia_smi_binary=params["nvidia_smi"],

@@ -379,8 +379,8 @@ def test_facts_gpu_on_memory_node_without_other_source_takes_node_of_its_local_c
 def test_facts_topo_matrix_only_gpu_numa_id_is_a_memory_node():
     capture = {"capture_version": 1, "commands": {TOPO_COMMAND: _gh200()["commands"][TOPO_COMMAND]}}
     facts = topology.facts_from_capture(capture)
-    assert [(n["id"], n["cpus"], n["kind"]) for n in facts["numa_nodes"]] == [(0, "0-71", "cpu"),
-                                                                               (1, "", "gpu_memory")]
+    nodes = [(n["id"], n["cpus"], n["kind"]) for n in facts["numa_nodes"]]
+    assert nodes == [(0, "0-71", "cpu"), (1, "", "gpu_memory")]
     assert [(g["id"], g["numa_node"], g["memory_numa_node"]) for g in facts["gpus"]] == [("GPU0", 0, 1)]
     assert facts["nics"] == [{"id": "NIC0", "pci_bus_id": None, "vendor": "mellanox", "interfaces": ["mlx5_0"],
                               "numa_node": 0, "local_cpus": None, "pcie": dict.fromkeys(
