@@ -378,9 +378,10 @@ def test_vllm_binding_follows_the_plan(rendered):
     # h100: whole sockets, nodes 0 and 1.
     assert [a[1:3] for a in argv("h100_tp4")] == [["--cpunodebind=0", "--membind=0"],
                                                   ["--cpunodebind=1", "--membind=1"]]
-    # One core per socket reserved (the capture has no SMT siblings): CPU lists.
-    assert [a[1:3] for a in argv("h100_tp4_reserved")] == [["--physcpubind=1-47,96-143", "--membind=0"],
-                                                           ["--physcpubind=49-95,144-191", "--membind=1"]]
+    # One core per socket reserved: the capture has no SMT map, so the core
+    # is CPU 0 with its assumed sibling 96 (48 with 144): CPU lists.
+    assert [a[1:3] for a in argv("h100_tp4_reserved")] == [["--physcpubind=1-47,97-143", "--membind=0"],
+                                                           ["--physcpubind=49-95,145-191", "--membind=1"]]
     # Both sockets' stages in one instance.
     assert argv("h100_pp2_tp4")[0][2] == "--membind=0,1"
     assert argv("mi50_tp2_interleave")[0][2].startswith("--interleave=")
