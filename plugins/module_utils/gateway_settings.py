@@ -232,6 +232,13 @@ def backend_api_keys(value, found):
         if key is None or key == "":
             continue
         by_name[model]["api_key"] = vc.secret("%s[%s]" % (name, model), key)
+        by_name[model]["api_key_header"] = quoted("Bearer " + key)
+
+
+def quoted(text):
+    """TEXT as one double-quoted HAProxy word: backslash, double quote and
+    '$' (environment variables) escaped; TEXT holds no control character."""
+    return '"%s"' % re.sub(r'([\\"$])', r"\\\1", text)
 
 
 def gateway_key(variables, listen_address):

@@ -185,13 +185,14 @@ def is_loopback(value):
 
 
 def secret(name, value, minimum=1, maximum=512):
-    """A secret such as an API key: printable ASCII without spaces, quotes
-    or backslashes, `minimum`-`maximum` characters. The message never shows
-    the value, only the variable and the rule."""
+    """A secret such as an API key: `minimum`-`maximum` printable ASCII
+    characters (spaces inside only; quotes and backslashes are for the
+    writer to quote). The message never shows the value, only the variable
+    and the rule."""
     if (not isinstance(value, str) or not minimum <= len(value) <= maximum
-            or not re.fullmatch(r"[!#-&(-\[\]-~]+", value)):
-        raise ValueError("%s: must be %d-%d printable ASCII characters without spaces, quotes or "
-                         "backslashes (value hidden)" % (name, minimum, maximum))
+            or not re.fullmatch(r"[!-~](?:[ -~]*[!-~])?", value)):
+        raise ValueError("%s: must be %d-%d printable ASCII characters, not starting or ending with a space "
+                         "(value hidden)" % (name, minimum, maximum))
     return value
 
 

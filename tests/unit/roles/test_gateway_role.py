@@ -47,7 +47,9 @@ BACKENDS = [
 # Secrets: none may appear in ansible-playbook's output; the gateway key
 # not even in the configuration (only its digest).
 GATEWAY_KEY = "gw-k3y#$HOME-0123456789"
-BACKEND_KEY = "sk-qwen#$HOME-key"
+BACKEND_KEY = 'sk-qwen "k3y" $HOME \\ #x \'q\''
+# BACKEND_KEY as one double-quoted HAProxy word.
+BACKEND_KEY_WORD = '"Bearer sk-qwen \\"k3y\\" \\$HOME \\\\ #x \'q\'"'
 
 # What an unprivileged run into a staging directory needs.
 STAGING = {
@@ -250,8 +252,8 @@ REJECTED = {
         ["gateway_api_key: is required when the gateway listens beyond loopback (gateway_listen_address 0.0.0.0)"]),
     "short_key": ({"gateway_api_key": "sk-1"}, ["gateway_api_key: must be 16-512 printable ASCII", "(value hidden)"]),
     "key_with_newline": ({"gateway_api_key": GATEWAY_KEY + "\n    bind :2222"}, ["gateway_api_key: must be 16-512"]),
-    "backend_key_with_quote": (
-        {"gateway_backend_api_keys": {QWEN: BACKEND_KEY + "' if TRUE"}},
+    "backend_key_with_newline": (
+        {"gateway_backend_api_keys": {QWEN: BACKEND_KEY + "\n    server evil 6.6.6.6:80"}},
         ["gateway_backend_api_keys[%s]: must be 1-512 printable ASCII" % QWEN, "(value hidden)"]),
     "backend_key_unknown_model": (
         {"gateway_backend_api_keys": {"other": BACKEND_KEY}},
@@ -443,8 +445,8 @@ def test_gateway_role_secured_config(examples):
     assert "req.fhdr(authorization),sha2(256),hex -m str %s }" % digest in text
     assert GATEWAY_KEY not in text
     qwen = section(text, "backend model-Qwen_Qwen2.5-7B-Instruct")
-    assert "    http-request set-header Authorization 'Bearer %s'\n" % BACKEND_KEY in qwen
-    assert text.count(BACKEND_KEY) == 1
+    assert "    http-request set-header Authorization %s\n" % BACKEND_KEY_WORD in qwen
+    assert text.count(BACKEND_KEY_WORD) == 1
     llama = section(text, "backend " + LLAMA_BACKEND)
     assert "    http-request del-header Authorization\n" in llama
     assert oct(config.stat().st_mode & 0o777) == "0o640"

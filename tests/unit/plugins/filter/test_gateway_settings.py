@@ -369,25 +369,35 @@ def test_gateway_settings_config_holds_only_the_keys_digest():
     assert KEY not in repr(settings)
 
 
-@pytest.mark.parametrize("key", ["short", "a" * 16 + " b", "a" * 16 + "'", 'a' * 16 + '"', "a" * 16 + "\\",
-                                 "a" * 16 + "\n    bind :2222", "a" * 513, ["a" * 16]])
+@pytest.mark.parametrize("key", ["short", " " + "a" * 16, "a" * 16 + " ", "a" * 16 + "\t", "a" * 16 + "\u00e9",
+                                 "a" * 16 + "\n    bind :2222", "a" * 513, ["a" * 16], 1234567890123456789])
 def test_gateway_settings_rejects_bad_key_without_showing_it(key):
-    message = rejected(r"^gateway_api_key: must be 16-512 printable ASCII characters .*\(value hidden\)$",
-                       gateway_api_key=key)
-    assert "aaaa" not in message and "short" not in message
+    message = rejected(r"^gateway_api_key: must be 16-512 printable ASCII characters, not starting or ending "
+                       r"with a space \(value hidden\)$", gateway_api_key=key)
+    assert "aaaa" not in message and "short" not in message and "123456" not in message
+
+
+def test_gateway_settings_any_printable_key_is_hashed_whole():
+    key = 'k3y "with" $pecial \\ chars #x \'q\''
+    assert check(gateway_api_key=key)["api_key_digest"] == hashlib.sha256(
+        ("Bearer " + key).encode()).hexdigest().upper()
 
 
 def test_gateway_settings_backend_api_keys_per_model():
     servers = [dict(BACKENDS[0]), dict(BACKENDS[1], model=QWEN)]
     settings = check(gateway_backends=servers, gateway_backend_api_keys={QWEN: "sk-qwen#$1", LLAMA: ""})
     assert [(m["model"], m["api_key"]) for m in settings["models"]] == [(LLAMA, ""), (QWEN, "sk-qwen#$1")]
+    # One double-quoted HAProxy word, whatever the key holds.
+    hostile = 'k3y "with" $pecial \\ chars'
+    models = check(gateway_backends=servers, gateway_backend_api_keys={QWEN: hostile})["models"]
+    assert models[1]["api_key_header"] == '"Bearer k3y \\"with\\" \\$pecial \\\\ chars"'
     assert settings["holds_secrets"] is True
     assert check()["holds_secrets"] is False
     message = rejected(r"^gateway_backend_api_keys: names a model no backend serves \(models: "
                        r"meta-llama/Llama-3.1-70B-Instruct\) \(got 'other'\)",
                        gateway_backend_api_keys={"other": "sk-1"})
     assert "sk-1" not in message
-    for bad in ("sk 1", "sk'1", "sk\n1"):
+    for bad in (" sk1", "sk1 ", "sk\n1", "sk\u00e91", "sk\x001"):
         message = rejected(r"^gateway_backend_api_keys\[meta-llama/Llama-3.1-70B-Instruct\]: must be .*"
                            r"\(value hidden\)$", gateway_backend_api_keys={LLAMA: bad})
         assert "sk" not in message.split("]:", 1)[1]

@@ -100,7 +100,7 @@ def test_gateway_api_keys_one_key_per_model():
     assert "vllm_api_key: hosts gpu-a and gpu-c serve model llama-3.1-70b with different keys" in message
     assert "sk-a" not in message and "sk-c" not in message
     with pytest.raises(AnsibleFilterError) as info:
-        gateway_api_keys(plan, {"gpu-a": "sk-a'x", "gpu-c": "sk-a'x"})
+        gateway_api_keys(plan, {"gpu-a": "sk-a\nx", "gpu-c": "sk-a\nx"})
     assert "host gpu-a vllm_api_key: must be" in str(info.value) and "sk-a" not in str(info.value)
 
 
