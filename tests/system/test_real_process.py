@@ -337,8 +337,10 @@ def test_gateway_reload_keeps_open_streams_and_serves_throughout(fleet):
     gateway, processes = fleet["gateway"], fleet["processes"]
     fleet["render_gateway_again"]("gateway_monitor_uri=/gateway/ready")
     assert "    monitor-uri /gateway/ready\n" in fleet["config"].read_text()
-    # Until the reload the running HAProxy forwards that path to a backend.
-    assert http_request(gateway["address"], gateway["port"], "GET", "/gateway/ready")[0] == 404
+    # Until the reload the running HAProxy forwards that path to a backend
+    # (past the key check: every path but /health and the monitor URI).
+    assert http_request(gateway["address"], gateway["port"], "GET", "/gateway/ready",
+                        headers={"Authorization": "Bearer " + API_KEY})[0] == 404
 
     tokens = 12
     connection = http.client.HTTPConnection(gateway["address"], gateway["port"], timeout=10)
