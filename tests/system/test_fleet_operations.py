@@ -137,6 +137,6 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     out = deploy(fleet, "-e", "vllm_served_model_name=shared", rc=2)
     assert re.search(r"vllm_served_model_name: hosts demo-\S+ and demo-\S+ both serve the name shared "
                      r"but with different models", out), out[-3000:]
-    assert "demo-a6000-nvlink" in out.split("both serve the name shared")[0][-80:]
+    assert "demo-a6000-nvlink" in out.split("both serve the name shared", maxsplit=1)[0][-80:]
     assert (fleet["staging"] / "gpufleet-plan.json").read_text() == before
     assert (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text() == config

@@ -1,6 +1,10 @@
+import pathlib
+
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.numa.plugins.filter.gateway import gateway_settings
 from ansible_collections.gpufleet.numa.plugins.filter.plan_views import gateway_api_keys, gateway_backends, plan_table
 
 INSTANCE = {
@@ -56,8 +60,6 @@ def test_gateway_backends_one_backend_per_served_model():
 def test_gateway_backends_backend_names_agree_with_the_gateway_role():
     """The rollout drains 'backend/name' over the admin socket: the name
     plan_views gives must be the one the role writes, collisions included."""
-    from ansible_collections.gpufleet.numa.plugins.filter.gateway import gateway_settings
-    import yaml, pathlib
     defaults = yaml.safe_load((pathlib.Path(__file__).resolve().parents[4] / "roles" / "gateway" / "defaults"
                                / "main.yml").read_text())
     plan = {"instances": [dict(INSTANCE, served_model_name="org/m"), dict(INSTANCE, host="gpu-b", served_model_name="org_m",
