@@ -7,9 +7,12 @@ check_settings() takes the role's variables as one dict (gateway_* name ->
 value) and returns the values the HAProxy template places, each checked as
 a whole (value_checks: fullmatch, no control characters anywhere) and in
 its canonical form, plus the few strings derived from them (address:port
-sockets). It raises ValueError("VARIABLE: RULE (got VALUE)") for the first
-value that breaks a rule, so a value can never add a line, a keyword or a
-server option to the configuration. Pure function, standard library only.
+sockets, one backend per served model name, the GET /v1/models answer, the
+gateway key's digest, each backend key as one quoted word). It raises
+ValueError("VARIABLE: RULE (got VALUE)") for the first value that breaks a
+rule, so a value can never add a line, a keyword or a server option to the
+configuration; messages about keys never show them. Pure function,
+standard library only.
 """
 
 from __future__ import annotations
