@@ -43,7 +43,14 @@ def fleet_plan_by_host(host_vars, hosts=None):
                 plans.append(placement.plan_fleet(facts, hosts=group, **options))
             except ValueError as exc:
                 raise ValueError("%s (hosts %s)" % (exc, ", ".join(group)))
-        return dict(plan_artifact.combine_plans(plans), settings=settings)
+        plan = plan_artifact.combine_plans(plans)
+        # What each instance serves, as its host's vllm_* variables say now:
+        # kept in the plan, so the gateway routes a host's instances by model
+        # even in a run that does not reach it.
+        models = fleet_settings.host_models(host_vars, hosts)
+        for instance in plan["instances"]:
+            instance.update(models.get(instance["host"], {}))
+        return dict(plan, settings=settings)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan_by_host: %s" % exc)
 

@@ -82,3 +82,27 @@ def plan_groups(settings):
         key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(settings[host].items()))
         groups.setdefault(key, []).append(host)
     return [(dict(settings[hosts[0]]), hosts) for dummy, hosts in sorted(groups.items(), key=lambda kv: kv[1][0])]
+
+
+def host_models(host_vars, hosts):
+    """host -> {"model", "served_model_name"} from each host's vllm_model and
+    vllm_served_model_name (empty: the model itself), for hosts that set
+    vllm_model; the plan keeps them per instance, so the gateway knows what
+    a host serves even when a run does not reach it. Raises ValueError
+    naming the host and the variable."""
+    out = {}
+    for host in hosts:
+        variables = host_vars[host]
+        get = variables.get if hasattr(variables, "get") else (lambda name, default=None: default)
+        model = get("vllm_model")
+        if model is None or model == "":
+            continue
+        try:
+            model = value_checks.command_word("vllm_model", value_checks.text("vllm_model", model))
+            served = get("vllm_served_model_name") or ""
+            served = value_checks.served_model_name(
+                "vllm_served_model_name" if served else "vllm_model (served as its own name)", served or model)
+        except ValueError as exc:
+            raise ValueError("host %s: %s" % (host, exc))
+        out[str(host)] = {"model": model, "served_model_name": served}
+    return out

@@ -29,6 +29,9 @@ _HAPROXY_MAX_MS = 2147483647
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9_@+=:,./-]*")
 # useradd's default rule (NAME_REGEX): no leading digit or dash.
 _ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
+# Served model names as clients send them in the JSON "model" field and
+# the gateway matches them: Hugging Face ids (org/name), aliases with ':'.
+_SERVED_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=~-]{0,199}")
 
 SHOW_LIMIT = 60
 
@@ -159,6 +162,38 @@ def account(name, value):
     return text(name, value, _ACCOUNT,
                 "must be a user or group name: lower case letters, digits, _ and -, "
                 "not starting with a digit or -, at most 31 characters")
+
+
+def served_model_name(name, value):
+    """A served model name (vLLM's --served-model-name, the OpenAI "model"
+    field): 1-200 of letters, digits and . _ : / @ + = ~ -, starting with a
+    letter or digit. No spaces, quotes, backslashes, '$' or '#', so it is
+    one word in a command line and in HAProxy's configuration."""
+    return text(name, value, _SERVED_MODEL_NAME,
+                "must be a served model name: 1-200 letters, digits and . _ : / @ + = ~ -, "
+                "starting with a letter or digit (no spaces, quotes or backslashes)", max_length=200)
+
+
+def is_loopback(value):
+    """True for a loopback IP address (127.0.0.0/8, ::1) or 'localhost'."""
+    if value in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(value).is_loopback
+    except ValueError:
+        return False
+
+
+def secret(name, value, minimum=1, maximum=512):
+    """A secret such as an API key: `minimum`-`maximum` printable ASCII
+    characters (spaces inside only; quotes and backslashes are for the
+    writer to quote). The message never shows the value, only the variable
+    and the rule."""
+    if (not isinstance(value, str) or not minimum <= len(value) <= maximum
+            or not re.fullmatch(r"[!-~](?:[ -~]*[!-~])?", value)):
+        raise ValueError("%s: must be %d-%d printable ASCII characters, not starting or ending with a space "
+                         "(value hidden)" % (name, minimum, maximum))
+    return value
 
 
 def command_word(name, value):

@@ -164,6 +164,16 @@ def check_variables(variables):
     out["vllm_group"] = vc.account("vllm_group", v.get("vllm_group", "vllm"))
     for name in ("vllm_api_key", "vllm_hf_token"):
         _secret(name, v.get(name, ""))
+    out["vllm_allow_unauthenticated"] = vc.boolean("vllm_allow_unauthenticated",
+                                                   v.get("vllm_allow_unauthenticated", False))
+    # Anything that listens beyond loopback needs a key (vLLM checks it on /v1/*).
+    api_key = v.get("vllm_api_key", "")
+    if (api_key is None or api_key == "") and not vc.is_loopback(out["vllm_listen_host"]) \
+            and not out["vllm_allow_unauthenticated"]:
+        raise ValueError(
+            "vllm_api_key: is required when vllm_listen_host is not a loopback address (got %s): set it "
+            "(from a vault; the gateway passes it on), listen on 127.0.0.1, or set "
+            "vllm_allow_unauthenticated: true to let anyone who reaches the port in" % out["vllm_listen_host"])
     out["vllm_version"] = vc.text("vllm_version", v.get("vllm_version", "0.33.0"), _VERSION,
                                   "must be a version of [0-9A-Za-z.+!_-]")
     out["vllm_python"] = vc.command_word(

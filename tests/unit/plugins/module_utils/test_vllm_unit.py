@@ -213,6 +213,12 @@ BAD_VARIABLES = [
     ({"vllm_health_delay": 0}, "vllm_health_delay: must be at least 1"),
     ({"vllm_manage_service": "sometimes"}, "vllm_manage_service: must be auto, true or false"),
     ({"vllm_limit_nofile": True}, "vllm_limit_nofile: must be an integer, not a boolean"),
+    # Beyond loopback, a key or an explicit opt-out.
+    ({"vllm_listen_host": "10.0.0.5"}, "vllm_api_key: is required when vllm_listen_host is not a loopback address"),
+    ({"vllm_listen_host": "0.0.0.0", "vllm_api_key": ""}, "vllm_api_key: is required when vllm_listen_host"),
+    ({"vllm_listen_host": "gpu-a.internal"}, "vllm_api_key: is required when vllm_listen_host"),
+    ({"vllm_listen_host": "10.0.0.5", "vllm_allow_unauthenticated": "maybe"},
+     "vllm_allow_unauthenticated: must be a boolean"),
 ]
 
 
@@ -253,6 +259,20 @@ def test_bad_instance_is_refused_naming_the_field(instances, message):
     with pytest.raises(ValueError) as info:
         vllm_unit.host_units(instances, VARIABLES)
     assert str(info.value).startswith(message), str(info.value)
+
+
+@pytest.mark.parametrize("changes", [
+    {"vllm_listen_host": "127.0.0.1"}, {"vllm_listen_host": "127.0.0.2"}, {"vllm_listen_host": "::1"},
+    {"vllm_listen_host": "localhost"},
+    {"vllm_listen_host": "10.0.0.5", "vllm_api_key": "sk-secret"},
+    {"vllm_listen_host": "0.0.0.0", "vllm_allow_unauthenticated": True},
+])
+def test_loopback_key_or_opt_out_lets_an_instance_listen(changes):
+    units = vllm_unit.host_units([INSTANCE], dict(VARIABLES, **changes))
+    argv = units["units"][0]["argv"]
+    assert argv[argv.index("--host") + 1] == changes["vllm_listen_host"]
+    # The key reaches secrets.env only, never the command line.
+    assert "sk-secret" not in repr(units["units"])
 
 
 def test_reason_cannot_add_lines_or_continue_the_comment():
