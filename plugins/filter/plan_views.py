@@ -17,9 +17,9 @@ def plan_table(plan):
         raise AnsibleFilterError("gpufleet.numa.plan_table: %s" % exc)
 
 
-def gateway_backends(plan, hostvars, address_var="vllm_listen_host"):
+def gateway_backends(plan, addresses):
     try:
-        return plan_views.gateway_backends(plan, hostvars, address_var=address_var)
+        return plan_views.gateway_backends(plan, addresses)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.gateway_backends: %s" % exc)
 

@@ -1,9 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Render a fleet plan as a plain-text table for people to read."""
+"""Views of a fleet plan: a plain-text table for people to read, the gateway's backends."""
 
 from __future__ import annotations
+
+from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings, value_checks
 
 COLUMNS = (
     ("HOST", lambda i: i["host"]),
@@ -39,32 +41,36 @@ def plan_table(plan):
     return lines
 
 
-def gateway_backends(plan, host_vars, address_var="vllm_listen_host"):
+def gateway_backends(plan, addresses):
     """Return the load balancer's backends for every planned instance.
 
-    host_vars maps inventory host -> its variables; each instance's address
-    is that host's `address_var` (the address its vLLM instances listen on
-    and the gateway reaches them at). A host without it is an error rather
-    than a guess: loopback would silently work only on a single machine.
+    addresses maps inventory host -> the address its instances listen on
+    and the gateway reaches them at (an IP address or DNS name). A planned
+    host without one, or with one that is not an address, is an error
+    naming the host rather than a guess: loopback would silently work only
+    on a single machine. Hosts the plan does not use may be left out.
     """
     if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
         raise ValueError("gateway_backends expects the dict returned by fleet_plan (with 'instances')")
+    if not isinstance(addresses, dict):
+        raise ValueError("gateway_backends: addresses must be a mapping of inventory host -> address (got %s)"
+                         % value_checks.show(addresses))
     backends = []
-    for instance in plan["instances"]:
-        host = instance.get("host")
-        try:
-            address = host_vars[host][address_var]
-        except (KeyError, TypeError):
+    for index, instance in enumerate(plan["instances"]):
+        if not isinstance(instance, dict):
+            raise ValueError("plan instance %d is not a dict" % index)
+        host = value_checks.text("plan instance %d host" % index, instance.get("host"),
+                                 gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
+        address = addresses.get(host)
+        if address is None or address == "":
             raise ValueError(
-                "host %s has no %s: set it to the address its vLLM instances listen on "
-                "(the gateway connects there)" % (host, address_var)
-            )
-        if not address:
-            raise ValueError("host %s has an empty %s" % (host, address_var))
+                "host %s has no address in addresses: map it to the address its vLLM instances "
+                "listen on (the gateway connects there)" % host)
         backends.append({
-            "name": "%s-%s" % (host, instance["name"]),
+            "name": value_checks.text("host %s instance name" % host, "%s-%s" % (host, instance.get("name")),
+                                      gateway_settings.SERVER_NAME, gateway_settings.SERVER_NAME_RULE),
             "host": host,
-            "address": str(address),
-            "port": int(instance["port"]),
+            "address": gateway_settings.backend_address("host %s address" % host, address),
+            "port": gateway_settings.port("host %s instance %s port" % (host, instance.get("name")), instance.get("port")),
         })
     return backends

@@ -72,7 +72,10 @@ PLAYBOOK = """\
   roles:
     - role: gpufleet.numa.gateway
       vars:
-        gateway_backends: "{{ plan | gpufleet.numa.gateway_backends(hostvars) }}"
+        gateway_backends: >-
+          {{ plan | gpufleet.numa.gateway_backends(addresses=dict(groups['gpu_servers']
+               | zip(groups['gpu_servers'] | map('extract', hostvars)
+                     | map(attribute='vllm_listen_host', default='')))) }}
 """
 
 

@@ -3,13 +3,18 @@
 # Apache License 2.0 (see LICENSE)
 """Role gpufleet.numa.gateway, run for real with ansible-playbook.
 
-Each test renders the HAProxy configuration into a temporary directory
-(local connection, nothing installed or started) and checks it with the
-real `haproxy -c`. Rendered files are compared with golden files under
-golden/gateway/; set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a
-deliberate change.
+Each case renders the HAProxy configuration into a temporary directory
+(local connection, nothing installed or started) and is checked with the
+real `haproxy -c`. An ansible-playbook start-up costs seconds, so the cases
+share start-ups: every case is one block of a generated playbook that
+includes the role with the case's variables; its rescue records why the
+case failed. Three start-ups in all: the example cases, a second run of the
+staging case (nothing may change), and the generated cases of the property
+test. Rendered files are compared with golden files under golden/gateway/;
+set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 """
 
+import ipaddress
 import json
 import os
 import pathlib
@@ -17,24 +22,14 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "gateway"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 PYTHON = REPO / ".venv" / "bin" / "python"
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
-
-pytestmark = pytest.mark.skipif(
-    not os.access(HAPROXY, os.X_OK), reason="haproxy is not installed (scripts/setup installs it)"
-)
-
-PLAYBOOK = """\
-- name: Gateway role under test
-  hosts: localhost
-  gather_facts: false
-  roles:
-    - role: gpufleet.numa.gateway
-"""
 
 # Three instances on two hosts, as the deploy playbook builds them from a
 # plan of a dual-socket TP4 host and a single-socket host.
@@ -57,12 +52,89 @@ STAGING = {
 }
 
 
-def run_role(tmp_path, variables, check=False):
-    """Run the role once; return (returncode, combined output)."""
+@pytest.fixture(scope="module", autouse=True)
+def haproxy_installed():
+    """Every test here needs the real HAProxy: missing, they fail (a skip
+    would hide that nothing was checked)."""
+    if not os.access(HAPROXY, os.X_OK):
+        pytest.fail("haproxy is not installed at %s: run scripts/setup (it installs it)" % HAPROXY)
+
+
+# --- Harness: many cases, one ansible-playbook start-up ----------------------
+
+def yaml_string(text):
+    """A YAML double-quoted scalar that holds exactly `text`, whatever it
+    holds (controls, quotes, characters outside the BMP)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= code < 0x7f:
+            out.append(char)
+        elif code <= 0xff:
+            out.append("\\x%02x" % code)
+        elif code <= 0xffff:
+            out.append("\\u%04x" % code)
+        else:
+            out.append("\\U%08x" % code)
+    return '"' + "".join(out) + '"'
+
+
+def yaml_value(value):
+    """A value as YAML flow text. Strings that hold '{' are tagged !unsafe,
+    so hostile values reach the role as they are and are never templated
+    by the harness. Others are left untagged: Ansible 2.19 turns a
+    templated !unsafe "0" into the integer 0 and !unsafe "" into None."""
+    if isinstance(value, str):
+        return ("!unsafe " if "{" in value else "") + yaml_string(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join("%s: %s" % (yaml_string(str(k)), yaml_value(v)) for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+CASE = """\
+    - name: {title}
+      check_mode: {check_mode}
+      block:
+        - name: Run the role ({title})
+          ansible.builtin.include_role:
+            name: gpufleet.numa.gateway
+          vars: {variables}
+        - name: Record success ({title})
+          ansible.builtin.set_fact:
+            __case_results: "{{{{ __case_results | combine({{{key}: {{'failed': false,
+              'changed': __gateway_config.changed | default(false),
+              'backup_file': __gateway_config.backup_file | default(none)}}}}) }}}}"
+      rescue:
+        - name: Record failure ({title})
+          ansible.builtin.set_fact:
+            __case_results: "{{{{ __case_results | combine({{{key}: {{'failed': true,
+              'msg': ansible_failed_result.msg | default('') | string}}}}) }}}}"
+"""
+PLAY = """\
+- name: Gateway role, one block per case
+  hosts: localhost
+  gather_facts: false
+  vars:
+    __case_results: {{}}
+  tasks:
+{cases}
+    - name: Write every case's outcome
+      ansible.builtin.copy:
+        dest: {results}
+        content: "{{{{ __case_results | to_json }}}}"
+        mode: "0644"
+      check_mode: false
+"""
+
+
+def run_playbook(tmp_path, text):
+    """One ansible-playbook start-up; return (returncode, combined output)."""
     playbook = tmp_path / "play.yml"
-    playbook.write_text(PLAYBOOK)
-    extra = tmp_path / "vars.json"
-    extra.write_text(json.dumps(variables))
+    playbook.write_text(text)
     env = dict(os.environ)
     env.update({
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -73,16 +145,28 @@ def run_role(tmp_path, variables, check=False):
     })
     command = [
         str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
-        "-e", "ansible_python_interpreter=%s" % PYTHON,
-        "-e", "@%s" % extra, str(playbook),
+        "-e", "ansible_python_interpreter=%s" % PYTHON, str(playbook),
     ]
-    if check:
-        command.append("--check")
     result = subprocess.run(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, check=False, timeout=300,
+        text=True, check=False, timeout=1800,
     )
     return result.returncode, result.stdout
+
+
+def run_cases(tmp_path, cases):
+    """Run every case ({name: {"vars": {...}, "check_mode": bool}}) in one
+    ansible-playbook start-up; return ({name: outcome}, output), outcome
+    {"failed", "msg"} or {"failed", "changed", "backup_file"}."""
+    blocks = [CASE.format(title="case %d %s" % (index, name), key="'%s'" % name,
+                          check_mode=json.dumps(bool(case.get("check_mode"))), variables=yaml_value(case["vars"]))
+              for index, (name, case) in enumerate(cases.items())]
+    results = tmp_path / "results.json"
+    returncode, output = run_playbook(tmp_path, PLAY.format(cases="".join(blocks), results=json.dumps(str(results))))
+    assert returncode == 0, output
+    outcomes = json.loads(results.read_text())
+    assert sorted(outcomes) == sorted(cases), output
+    return outcomes, output
 
 
 def recap(output):
@@ -107,49 +191,154 @@ def assert_matches_golden(path, golden_name):
     assert rendered == golden.read_text(), "%s differs from %s" % (path, golden)
 
 
+def assert_accepted(outcome):
+    assert not outcome["failed"], outcome["msg"]
+
+
+def assert_rejected(outcome, *parts):
+    assert outcome["failed"], "accepted, expected a failure with %s" % (parts,)
+    for part in parts:
+        assert part in outcome["msg"], outcome["msg"]
+    assert "Traceback" not in outcome["msg"]
+
+
+# --- Example cases: one start-up for all ---------------------------------------
+
+# Rejected before anything is written: (variables, parts of the message).
+REJECTED = {
+    "no_backends": ({"gateway_backends": []}, ["gateway_backends: must hold at least one vLLM backend"]),
+    "duplicate_names": (
+        {"gateway_backends": [BACKENDS[0], dict(BACKENDS[1], name=BACKENDS[0]["name"])]},
+        ["gateway_backends[1].name: must be unique; gateway_backends[0] has the same name"]),
+    "port_out_of_range": (
+        {"gateway_backends": [dict(BACKENDS[0], port=70000)]},
+        ["gateway_backends[0].port: must be at most 65535 (got 70000)"]),
+    "name_with_spaces": (
+        {"gateway_backends": [dict(BACKENDS[0], name="gpu a/vllm 0")]},
+        ["gateway_backends[0].name: must be 1-64 letters"]),
+    "duplicate_address_port": (
+        {"gateway_backends": [BACKENDS[0], dict(BACKENDS[0], name="other")]},
+        ["gateway_backends[1]: address and port must be unique", "10.20.0.11:8000"]),
+    "missing_port": (
+        {"gateway_backends": [{"name": "gpu-a-vllm-0", "address": "10.20.0.11"}]},
+        ["missing required arguments: port"]),
+    "listen_port_zero": ({"gateway_listen_port": 0}, ["gateway_listen_port: must be at least 1 (got 0)"]),
+    "stats_port_is_listen_port": (
+        {"gateway_listen_port": 18080, "gateway_stats_port": 18080},
+        ["gateway_stats_port: must differ from gateway_listen_port"]),
+    # The probes that got lines into an installed configuration.
+    "check_interval_backup_ssl_verify_none": (
+        {"gateway_check_interval": "2s backup ssl verify none"},
+        ["gateway_check_interval: must be an HAProxy duration", "(got '2s backup ssl verify none')"]),
+    "external_check_command": (
+        {"gateway_log_target": "/dev/log local0\n    external-check path /tmp",
+         "gateway_check_path": "/health\n    option external-check\n    external-check command /tmp/x"},
+        ["gateway_check_path: must not contain control characters", "(got '/health\\n"]),
+    "extra_bind": (
+        {"gateway_listen_address": "127.0.0.1:18080\n    bind 0.0.0.0:2222"},
+        ["gateway_listen_address: must not contain control characters"]),
+    "stats_page_on_frontend": (
+        {"gateway_monitor_uri": "/gateway/health\n    stats enable\n    stats uri /admin\n    stats admin if TRUE"},
+        ["gateway_monitor_uri: must not contain control characters"]),
+    "log_target_newline": ({"gateway_log_target": "/dev/log\n"}, ["gateway_log_target: must not contain control"]),
+    "timeout_newline": ({"gateway_timeout_server": "10m\n    bind :2222"}, ["gateway_timeout_server: must not"]),
+    "stats_uri_newline": ({"gateway_stats_uri": "/stats\n    stats admin if TRUE"}, ["gateway_stats_uri: must not"]),
+    "backend_host_newline": (
+        {"gateway_backends": [dict(BACKENDS[0], host="gpu-a\n    server evil 6.6.6.6:80")]},
+        ["gateway_backends[0].host: must not contain control characters"]),
+    "backend_address_newline": (
+        {"gateway_backends": [dict(BACKENDS[0], address="10.20.0.11\n    bind :2222")]},
+        ["gateway_backends[0].address: must not contain control characters"]),
+    "admin_socket_group_words": (
+        {"gateway_admin_socket": "/run/haproxy/admin.sock", "gateway_admin_socket_group": "root level admin"},
+        ["gateway_admin_socket_group: must be a user or group name"]),
+}
+
+
 @pytest.fixture(scope="module")
-def staging_run(tmp_path_factory):
-    """The role run twice into the same staging directory."""
-    tmp_path = tmp_path_factory.mktemp("gateway-staging")
-    config = tmp_path / "gateway" / "haproxy.cfg"
-    variables = dict(STAGING, gateway_config_path=str(config), gateway_backends=BACKENDS,
+def examples(tmp_path_factory):
+    """All example cases in one ansible-playbook run."""
+    tmp_path = tmp_path_factory.mktemp("gateway-examples")
+    configs = {}
+
+    def config(name):
+        configs[name] = tmp_path / name / "haproxy.cfg"
+        return str(configs[name])
+
+    cases = {
+        "staging": dict(STAGING, gateway_config_path=config("staging"), gateway_backends=BACKENDS,
+                        gateway_listen_port=18080, gateway_stats_port=18404),
+        # Distribution defaults (haproxy user, chroot, admin socket, syslog),
+        # only the path moved so the test needs no root.
+        "defaults": {"gateway_install": False, "gateway_manage_service": False,
+                     "gateway_config_path": config("defaults"), "gateway_backends": BACKENDS},
+        "admin_socket_group": {"gateway_install": False, "gateway_manage_service": False,
+                               "gateway_config_path": config("admin_socket_group"),
+                               "gateway_backends": BACKENDS, "gateway_admin_socket_group": "root"},
+        "foreign_config": dict(STAGING, gateway_config_path=config("foreign_config"), gateway_backends=BACKENDS),
+        # A value only HAProxy can judge (the user must exist): its own
+        # message comes back, and the previous file stays.
+        "haproxy_rejects": dict(STAGING, gateway_config_path=config("haproxy_rejects"), gateway_backends=BACKENDS,
+                                gateway_user="nosuchuser"),
+        "missing_binary": dict(STAGING, gateway_config_path=config("missing_binary"), gateway_backends=BACKENDS,
+                               gateway_haproxy=str(tmp_path / "no-haproxy")),
+    }
+    cases = {name: {"vars": variables} for name, variables in cases.items()}
+    cases["check_mode"] = {"check_mode": True, "vars": dict(
+        STAGING, gateway_config_path=str(tmp_path / "check_mode" / "staging" / "haproxy.cfg"),
+        gateway_backends=BACKENDS)}
+    for name, (variables, dummy) in REJECTED.items():
+        cases[name] = {"vars": dict(dict(STAGING, gateway_config_path=config(name), gateway_backends=BACKENDS),
+                                    **variables)}
+    configs["foreign_config"].parent.mkdir(parents=True)
+    configs["foreign_config"].write_text("# hand-written by an operator\nglobal\n    maxconn 10\n")
+    configs["haproxy_rejects"].parent.mkdir(parents=True)
+    configs["haproxy_rejects"].write_text("# previous\n")
+    outcomes, output = run_cases(tmp_path, cases)
+    staging_text = configs["staging"].read_text() if configs["staging"].exists() else None
+    return {"tmp_path": tmp_path, "configs": configs, "outcomes": outcomes, "output": output,
+            "staging_text": staging_text}
+
+
+@pytest.fixture(scope="module")
+def second_run(examples):
+    """The staging case run again into the same directory, as its own
+    ansible-playbook run: the recap must count no change."""
+    tmp_path = examples["tmp_path"] / "second-run"
+    tmp_path.mkdir()
+    variables = dict(STAGING, gateway_config_path=str(examples["configs"]["staging"]), gateway_backends=BACKENDS,
                      gateway_listen_port=18080, gateway_stats_port=18404)
-    first = run_role(tmp_path, variables)
-    rendered_after_first = config.read_text() if config.exists() else None
-    second = run_role(tmp_path, variables)
-    return {"config": config, "first": first, "second": second, "after_first": rendered_after_first}
+    return run_playbook(tmp_path, (
+        "- name: Gateway role under test\n  hosts: localhost\n  gather_facts: false\n"
+        "  roles:\n    - role: gpufleet.numa.gateway\n      vars: %s\n" % yaml_value(variables)))
 
 
-def test_gateway_role_staging_renders_golden_config(staging_run):
-    returncode, output = staging_run["first"]
-    assert returncode == 0, output
-    assert recap(output)["changed"] >= 1
-    assert_matches_golden(staging_run["config"], "staging.cfg")
+def test_gateway_role_staging_renders_golden_config(examples):
+    outcome = examples["outcomes"]["staging"]
+    assert_accepted(outcome)
+    assert outcome["changed"] and outcome["backup_file"] is None
+    assert_matches_golden(examples["configs"]["staging"], "staging.cfg")
 
 
-def test_gateway_role_staging_config_passes_haproxy_check_without_warnings(staging_run):
-    check = haproxy_check(staging_run["config"])
+def test_gateway_role_staging_config_passes_haproxy_check_without_warnings(examples):
+    check = haproxy_check(examples["configs"]["staging"])
     assert check.returncode == 0, check.stdout
     assert "WARNING" not in check.stdout, check.stdout
 
 
-def test_gateway_role_second_run_changes_nothing(staging_run):
-    returncode, output = staging_run["second"]
+def test_gateway_role_second_run_changes_nothing(examples, second_run):
+    returncode, output = second_run
     assert returncode == 0, output
     assert recap(output)["changed"] == 0, output
-    assert staging_run["config"].read_text() == staging_run["after_first"]
+    config = examples["configs"]["staging"]
+    assert config.read_text() == examples["staging_text"]
     # Nothing changed, so no backup was made either.
-    assert sorted(p.name for p in staging_run["config"].parent.iterdir()) == ["haproxy.cfg"]
+    assert sorted(p.name for p in config.parent.iterdir()) == ["haproxy.cfg"]
 
 
-def test_gateway_role_defaults_render_golden_config(tmp_path):
-    """Distribution defaults (haproxy user, chroot, admin socket, syslog),
-    only the path moved so the test needs no root."""
-    config = tmp_path / "etc" / "haproxy" / "haproxy.cfg"
-    variables = {"gateway_install": False, "gateway_manage_service": False,
-                 "gateway_config_path": str(config), "gateway_backends": BACKENDS}
-    returncode, output = run_role(tmp_path, variables)
-    assert returncode == 0, output
+def test_gateway_role_defaults_render_golden_config(examples):
+    assert_accepted(examples["outcomes"]["defaults"])
+    config = examples["configs"]["defaults"]
     assert_matches_golden(config, "defaults.cfg")
     check = haproxy_check(config)
     assert check.returncode == 0, check.stdout
@@ -161,90 +350,326 @@ def test_gateway_role_defaults_render_golden_config(tmp_path):
     assert "    bind 0.0.0.0:8080\n" in text
 
 
-def test_gateway_role_check_mode_writes_nothing(tmp_path):
-    config = tmp_path / "staging" / "gateway" / "haproxy.cfg"
-    variables = dict(STAGING, gateway_config_path=str(config), gateway_backends=BACKENDS)
-    returncode, output = run_role(tmp_path, variables, check=True)
-    assert returncode == 0, output
-    assert recap(output)["changed"] >= 1  # it reports what it would do
-    assert not (tmp_path / "staging").exists()
+def test_gateway_role_admin_socket_is_private_by_default(examples):
+    """The runtime API can drain servers and change weights: mode 0600
+    unless a group is named."""
+    sockets = [line for line in examples["configs"]["defaults"].read_text().splitlines() if "stats socket" in line]
+    assert sockets == ["    stats socket /run/haproxy/admin.sock mode 600 level admin expose-fd listeners"]
 
 
-def test_gateway_role_backs_up_foreign_config(tmp_path):
-    config = tmp_path / "gateway" / "haproxy.cfg"
-    config.parent.mkdir()
-    foreign = "# hand-written by an operator\nglobal\n    maxconn 10\n"
-    config.write_text(foreign)
-    variables = dict(STAGING, gateway_config_path=str(config), gateway_backends=BACKENDS)
-    returncode, output = run_role(tmp_path, variables)
-    assert returncode == 0, output
+def test_gateway_role_admin_socket_group_gets_0660(examples):
+    assert_accepted(examples["outcomes"]["admin_socket_group"])
+    config = examples["configs"]["admin_socket_group"]
+    sockets = [line for line in config.read_text().splitlines() if "stats socket" in line]
+    assert sockets == ["    stats socket /run/haproxy/admin.sock mode 660 group root level admin expose-fd listeners"]
+    check = haproxy_check(config)
+    assert check.returncode == 0, check.stdout
+
+
+def test_gateway_role_check_mode_writes_nothing(examples):
+    outcome = examples["outcomes"]["check_mode"]
+    assert_accepted(outcome)
+    assert outcome["changed"]  # it reports what it would do
+    assert not (examples["tmp_path"] / "check_mode").exists()
+
+
+def test_gateway_role_backs_up_foreign_config(examples):
+    outcome = examples["outcomes"]["foreign_config"]
+    assert_accepted(outcome)
+    config = examples["configs"]["foreign_config"]
     backups = [p for p in config.parent.iterdir() if p.name != "haproxy.cfg"]
     assert len(backups) == 1, backups
     assert backups[0].name.startswith("haproxy.cfg.") and backups[0].name.endswith("~")
-    assert backups[0].read_text() == foreign
-    assert "was kept as %s" % backups[0] in output
+    assert backups[0].read_text() == "# hand-written by an operator\nglobal\n    maxconn 10\n"
+    assert outcome["backup_file"] == str(backups[0])
+    assert "was kept as %s" % backups[0] in examples["output"]
     assert "server gpu-a-vllm-0 10.20.0.11:8000" in config.read_text()
 
 
-def test_gateway_role_invalid_config_is_not_written(tmp_path):
-    """A value HAProxy rejects fails the validation, and the old file stays."""
-    config = tmp_path / "gateway" / "haproxy.cfg"
-    config.parent.mkdir()
-    config.write_text("# previous\n")
-    variables = dict(STAGING, gateway_config_path=str(config), gateway_backends=BACKENDS,
-                     gateway_check_interval="soon")
-    returncode, output = run_role(tmp_path, variables)
-    assert returncode != 0, output
-    assert "failed to validate" in output
-    assert config.read_text() == "# previous\n"
+def test_gateway_role_haproxy_rejection_shows_haproxys_message(examples):
+    """A configuration HAProxy rejects is not written, and the failure says
+    what HAProxy said (the role used to validate with -q)."""
+    assert_rejected(examples["outcomes"]["haproxy_rejects"], "haproxy.cfg was not written",
+                    "cannot find user id for 'nosuchuser'")
+    assert examples["configs"]["haproxy_rejects"].read_text() == "# previous\n"
 
 
-@pytest.mark.parametrize(
-    "backends, message",
-    [
-        pytest.param([], "gateway_backends is empty", id="no_backends"),
-        pytest.param(
-            [BACKENDS[0], dict(BACKENDS[1], name=BACKENDS[0]["name"])],
-            "duplicate backend name(s) gpu-a-vllm-0", id="duplicate_names"),
-        pytest.param(
-            [dict(BACKENDS[0], port=70000)],
-            "gateway_backends entry gpu-a-vllm-0 (10.20.0.11:70000) is invalid", id="port_out_of_range"),
-        pytest.param(
-            [dict(BACKENDS[0], name="gpu a/vllm 0")],
-            "gateway_backends entry gpu a/vllm 0", id="name_with_spaces"),
-        pytest.param(
-            [BACKENDS[0], dict(BACKENDS[0], name="other")],
-            "10.20.0.11:8000 appears more than once", id="duplicate_address_port"),
-        pytest.param(
-            [{"name": "gpu-a-vllm-0", "address": "10.20.0.11"}],
-            "missing required arguments: port", id="missing_port"),
+def test_gateway_role_missing_haproxy_binary_fails_with_message(examples):
+    assert_rejected(examples["outcomes"]["missing_binary"], "no-haproxy is missing or not executable")
+    assert not examples["configs"]["missing_binary"].exists()
+
+
+@pytest.mark.parametrize("name", sorted(REJECTED))
+def test_gateway_role_bad_input_fails_with_message_before_writing(examples, name):
+    assert_rejected(examples["outcomes"][name], *REJECTED[name][1])
+    assert not examples["configs"][name].parent.exists()
+
+
+# --- Property: generated values through the real role and HAProxy's parser ----
+
+GROUPS = ["root", "daemon", "nogroup"]
+USERS = ["root", "daemon", "nobody"]
+# A clean render with every optional line present and every value distinct,
+# so each generated value has exactly one place in the configuration.
+BASE = {
+    "gateway_install": False, "gateway_manage_service": False, "gateway_backends": BACKENDS[:2],
+    "gateway_listen_address": "127.0.0.1", "gateway_listen_port": 18080, "gateway_balance": "leastconn",
+    "gateway_check_path": "/health", "gateway_check_interval": "2s", "gateway_check_fall": 3,
+    "gateway_check_rise": 2, "gateway_timeout_connect": "5s", "gateway_timeout_client": "601s",
+    "gateway_timeout_server": "602s", "gateway_timeout_tunnel": "603s", "gateway_timeout_http_request": "11s",
+    "gateway_timeout_http_keep_alive": "12s", "gateway_timeout_queue": "30s", "gateway_retries": 4,
+    "gateway_maxconn": 4096, "gateway_server_maxconn": 16, "gateway_monitor_uri": "/gateway/health",
+    "gateway_stats_address": "127.0.0.2", "gateway_stats_port": 48404, "gateway_stats_uri": "/stats",
+    "gateway_log_target": "/dev/log", "gateway_user": "root", "gateway_group": "root",
+    "gateway_chroot": "/var/empty", "gateway_admin_socket": "/run/haproxy/admin.sock",
+    "gateway_admin_socket_group": "root",
+}
+
+
+def socket(address, port):
+    address = str(ipaddress.ip_address(address)) if address != "localhost" else address
+    return ("[%s]:%d" if ":" in address else "%s:%d") % (address, port)
+
+
+def canonical_log_target(value):
+    if value.startswith("["):
+        host, dummy, port = value[1:].partition("]")
+        return "[%s]%s" % (ipaddress.IPv6Address(host), port)
+    return value
+
+
+def timeout(name, index=2):
+    return ("defaults", ("timeout", name), index, lambda v: v["gateway_timeout_" + name.replace("-", "_")])
+
+
+# Where each variable lands: (section, first tokens of the line, token index,
+# expected token from the case's variables).
+PLACES = {
+    "gateway_listen_address": [("frontend vllm_api", ("bind",), 1,
+                                lambda v: socket(v["gateway_listen_address"], v["gateway_listen_port"]))],
+    "gateway_stats_address": [("listen stats", ("bind",), 1,
+                               lambda v: socket(v["gateway_stats_address"], v["gateway_stats_port"]))],
+    "gateway_balance": [("backend vllm", ("balance",), 1, lambda v: v["gateway_balance"])],
+    "gateway_check_path": [("backend vllm", ("option", "httpchk"), 3, lambda v: v["gateway_check_path"])],
+    "gateway_check_interval": [("backend vllm", ("default-server",), 3, lambda v: v["gateway_check_interval"])],
+    "gateway_check_fall": [("backend vllm", ("default-server",), 5, lambda v: str(v["gateway_check_fall"]))],
+    "gateway_check_rise": [("backend vllm", ("default-server",), 7, lambda v: str(v["gateway_check_rise"]))],
+    "gateway_server_maxconn": [("backend vllm", ("default-server",), 9, lambda v: str(v["gateway_server_maxconn"]))],
+    "gateway_timeout_connect": [timeout("connect")],
+    "gateway_timeout_client": [timeout("client")],
+    "gateway_timeout_server": [timeout("server")],
+    "gateway_timeout_tunnel": [timeout("tunnel")],
+    "gateway_timeout_http_request": [timeout("http-request")],
+    "gateway_timeout_http_keep_alive": [timeout("http-keep-alive")],
+    "gateway_timeout_queue": [timeout("queue")],
+    "gateway_retries": [("defaults", ("retries",), 1, lambda v: str(v["gateway_retries"]))],
+    "gateway_maxconn": [("global", ("maxconn",), 1, lambda v: str(v["gateway_maxconn"])),
+                        ("frontend vllm_api", ("maxconn",), 1, lambda v: str(v["gateway_maxconn"]))],
+    "gateway_monitor_uri": [("frontend vllm_api", ("monitor-uri",), 1, lambda v: v["gateway_monitor_uri"])],
+    "gateway_stats_uri": [("listen stats", ("stats", "uri"), 2, lambda v: v["gateway_stats_uri"])],
+    "gateway_log_target": [("global", ("log",), 1, lambda v: canonical_log_target(v["gateway_log_target"]))],
+    "gateway_user": [("global", ("user",), 1, lambda v: v["gateway_user"])],
+    "gateway_group": [("global", ("group",), 1, lambda v: v["gateway_group"])],
+    "gateway_chroot": [("global", ("chroot",), 1, lambda v: v["gateway_chroot"])],
+    "gateway_admin_socket": [("global", ("stats", "socket"), 2, lambda v: v["gateway_admin_socket"])],
+    "gateway_admin_socket_group": [("global", ("stats", "socket"), 6, lambda v: v["gateway_admin_socket_group"])],
+    "gateway_backends": [
+        ("backend vllm", ("server", BACKENDS[0]["name"]), None,
+         lambda v: ("server", v["gateway_backends"][0]["name"],
+                    socket(v["gateway_backends"][0]["address"], v["gateway_backends"][0]["port"]))),
     ],
+}
+PLACES["gateway_listen_port"] = PLACES["gateway_listen_address"]
+PLACES["gateway_stats_port"] = PLACES["gateway_stats_address"]
+
+PATH_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/"
+URL_CHARS = PATH_CHARS + "~!$&()*+,;=:@%?"
+NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-"
+# What no accepted value may hold: it would end a line, a word or the line's
+# meaning (comment, quoting) in HAProxy's configuration.
+FORBIDDEN = "\n\r\t\x00\x0b\x0c\x1b\x7f #'\"\\"
+PROBES = ["\n    bind 0.0.0.0:2222", " backup ssl verify none", "\n    external-check command /tmp/x",
+          "\n    option external-check", "\n    stats enable\n    stats uri /admin", "\r\n    stats admin if TRUE",
+          "\n", " # comment", "\n    server evil 6.6.6.6:80"]
+
+durations = st.builds(lambda n, unit: "%d%s" % (n, unit), st.integers(1, 999), st.sampled_from(["ms", "s", "m", "h", ""]))
+http_paths = st.text(URL_CHARS, max_size=24).map(lambda text: "/" + text)
+abs_paths = st.lists(st.text(PATH_CHARS.replace("/", "").replace(".", ""), min_size=1, max_size=10),
+                     min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+ips = st.ip_addresses().map(str)
+log_targets = st.one_of(
+    abs_paths,
+    st.builds(lambda a, p: "%s:%d" % (a, p), st.ip_addresses(v=4).map(str), st.integers(1, 65535)),
+    st.builds(lambda a, p: "[%s]:%d" % (a, p), st.ip_addresses(v=6).map(str), st.integers(1, 65535)),
 )
-def test_gateway_role_bad_backends_fail_with_message(tmp_path, backends, message):
-    config = tmp_path / "gateway" / "haproxy.cfg"
-    variables = dict(STAGING, gateway_config_path=str(config), gateway_backends=backends)
-    returncode, output = run_role(tmp_path, variables)
-    assert returncode != 0, output
-    assert message in output, output
-    assert "Traceback" not in output
-    assert not config.exists()
+backend_addresses = st.one_of(ips.filter(lambda a: not ipaddress.ip_address(a).is_unspecified
+                                         and socket(a, 8000) != "10.20.0.11:8001"),
+                              st.just("localhost"))
+
+VALID = {
+    "gateway_listen_address": ips,
+    "gateway_listen_port": st.integers(1, 30000),
+    "gateway_stats_address": ips,
+    "gateway_stats_port": st.integers(30001, 65535),
+    "gateway_balance": st.sampled_from(["leastconn", "roundrobin", "static-rr", "first", "source", "random"]),
+    "gateway_check_path": http_paths,
+    "gateway_check_interval": durations,
+    "gateway_check_fall": st.integers(1, 1000),
+    "gateway_check_rise": st.integers(1, 1000),
+    "gateway_server_maxconn": st.integers(1, 100000),
+    "gateway_timeout_connect": durations,
+    "gateway_timeout_client": durations,
+    "gateway_timeout_server": durations,
+    "gateway_timeout_tunnel": durations,
+    "gateway_timeout_http_request": durations,
+    "gateway_timeout_http_keep_alive": durations,
+    "gateway_timeout_queue": durations,
+    "gateway_retries": st.integers(0, 100),
+    "gateway_maxconn": st.integers(1, 100000),
+    "gateway_monitor_uri": http_paths,
+    "gateway_stats_uri": http_paths,
+    "gateway_log_target": log_targets,
+    "gateway_user": st.sampled_from(USERS),
+    "gateway_group": st.sampled_from(GROUPS),
+    "gateway_chroot": abs_paths,
+    "gateway_admin_socket": abs_paths,
+    "gateway_admin_socket_group": st.sampled_from(GROUPS),
+    "gateway_backends": st.fixed_dictionaries({
+        "name": st.text(NAME_CHARS, min_size=1, max_size=30).filter(lambda n: n != BACKENDS[1]["name"]),
+        "host": st.text(NAME_CHARS + "@", min_size=1, max_size=30),
+        "address": backend_addresses,
+        "port": st.integers(1, 65535).filter(lambda p: p != 8001),
+    }),
+}
+# The backend field a hostile backends value spoils.
+BACKEND_FIELDS = ["name", "host", "address"]
 
 
-def test_gateway_role_bad_listen_port_fails_with_message(tmp_path):
-    config = tmp_path / "gateway" / "haproxy.cfg"
-    variables = dict(STAGING, gateway_config_path=str(config), gateway_backends=BACKENDS,
-                     gateway_listen_port=0)
-    returncode, output = run_role(tmp_path, variables)
-    assert returncode != 0, output
-    assert "gateway_listen_port (0) must lie in 1-65535" in output, output
-    assert not config.exists()
+@st.composite
+def spoiled(draw, value):
+    """`value` (as text) with hostile text inserted somewhere: a known probe,
+    or any text holding at least one forbidden character."""
+    text = str(value)
+    payload = draw(st.one_of(
+        st.sampled_from(PROBES),
+        st.builds(lambda a, c, b: a + c + b, st.text(max_size=6), st.sampled_from(FORBIDDEN), st.text(max_size=6)),
+    ))
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + payload + text[at:]
 
 
-def test_gateway_role_missing_haproxy_binary_fails_with_message(tmp_path):
-    config = tmp_path / "gateway" / "haproxy.cfg"
-    variables = dict(STAGING, gateway_config_path=str(config), gateway_backends=BACKENDS,
-                     gateway_haproxy=str(tmp_path / "no-haproxy"))
-    returncode, output = run_role(tmp_path, variables)
-    assert returncode != 0, output
-    assert "no-haproxy is missing or not executable" in output, output
-    assert not config.exists()
+@st.composite
+def cases(draw):
+    """One case: BASE with 1-3 variables changed, each to a valid value or
+    a spoiled one; returns (variables, names of spoiled variables)."""
+    variables = dict(BASE)
+    names = draw(st.lists(st.sampled_from(sorted(VALID)), min_size=1, max_size=3, unique=True))
+    hostile = []
+    for name in names:
+        value = draw(VALID[name])
+        bad = draw(st.booleans())
+        if name == "gateway_backends":
+            if bad:
+                field = draw(st.sampled_from(BACKEND_FIELDS))
+                value = dict(value, **{field: draw(spoiled(value[field]))})
+            value = [value, BACKENDS[1]]
+        elif bad:
+            value = draw(spoiled(value))
+        variables[name] = value
+        if bad:
+            hostile.append(name)
+    return variables, hostile
+
+
+def directives(text):
+    """(section, tokens) of every line that is not blank or a comment; a
+    '#' ends a line's words as it does for HAProxy."""
+    section, found = None, []
+    for line in text.splitlines():
+        tokens = tuple(line.split("#", 1)[0].split())
+        if not tokens:
+            continue
+        if not line[0].isspace():
+            section = " ".join(tokens)
+        found.append((section, tokens))
+    return found
+
+
+def expected_directives(clean, variables):
+    """The clean render's lines with each changed variable's token(s) put in
+    their one place; nothing else may differ."""
+    expected = []
+    for section, tokens in clean:
+        tokens = list(tokens)
+        for name, places in PLACES.items():
+            if variables[name] == BASE[name]:
+                continue
+            for place_section, start, index, token in places:
+                if section == place_section and tuple(tokens[:len(start)]) == start:
+                    if index is None:
+                        tokens = list(token(variables))
+                    else:
+                        tokens[index] = token(variables)
+        expected.append((section, tuple(tokens)))
+    return expected
+
+
+PROPERTY_CASES = 40
+
+
+def generate_cases(count=PROPERTY_CASES):
+    """`count` cases drawn by Hypothesis, derandomized (the same cases on
+    every run). Drawn here, not by @given on the test, so that one
+    ansible-playbook run checks all of them."""
+    drawn = []
+
+    @settings(max_examples=count, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(cases())
+    def draw(case):
+        drawn.append(case)
+
+    draw()
+    return drawn[:count]
+
+
+def test_gateway_role_generated_values_render_exactly_or_fail(tmp_path):
+    """Generated values through the real role, checked by HAProxy's parser.
+
+    A case whose changed values are all valid is written, passes
+    `haproxy -c`, and its directive lines are exactly the clean render's
+    with those values in their places: no extra bind, stats, server or
+    external-check line, no word appended to a line. A case with a spoiled
+    value (a probe, or text with a newline, space, '#', quote...) fails
+    naming a spoiled variable, and writes nothing.
+    """
+    generated = generate_cases()
+    config = {}
+    run = {"clean": {"vars": dict(BASE, gateway_config_path=str(tmp_path / "clean" / "haproxy.cfg"))}}
+    for index, (variables, dummy) in enumerate(generated):
+        config[index] = tmp_path / str(index) / "haproxy.cfg"
+        run["case-%d" % index] = {"vars": dict(variables, gateway_config_path=str(config[index]))}
+    outcomes, output = run_cases(tmp_path, run)
+    assert_accepted(outcomes["clean"])
+    clean = directives((tmp_path / "clean" / "haproxy.cfg").read_text())
+    assert haproxy_check(tmp_path / "clean" / "haproxy.cfg").returncode == 0
+    summary = {"accepted": 0, "rejected": 0}
+    for index, (variables, hostile) in enumerate(generated):
+        outcome = outcomes["case-%d" % index]
+        changed = {name: variables[name] for name in variables if variables[name] != BASE[name]}
+        if hostile:
+            assert outcome["failed"], "case %d %r was accepted:\n%s" % (
+                index, changed, config[index].read_text() if config[index].exists() else "")
+            assert any(name in outcome["msg"] for name in hostile), (index, changed, outcome["msg"])
+            assert "Traceback" not in outcome["msg"]
+            assert not config[index].exists(), (index, changed)
+            summary["rejected"] += 1
+        else:
+            assert not outcome["failed"], "case %d %r was rejected: %s" % (index, changed, outcome["msg"])
+            text = config[index].read_text()
+            check = haproxy_check(config[index])
+            assert check.returncode == 0, "case %d %r: %s" % (index, changed, check.stdout)
+            assert directives(text) == expected_directives(clean, variables), (index, changed, text)
+            summary["accepted"] += 1
+    # Both kinds were generated, so both halves of the property ran.
+    assert summary["accepted"] >= 5 and summary["rejected"] >= 5, summary
