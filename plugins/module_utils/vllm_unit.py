@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
 
@@ -266,8 +267,8 @@ def _gateways(gateways, backends):
     vllm_gateway_backends (gateway_backends entries: name, host, backend)."""
     checked = {}
     for host, socket in sorted(_mapping("vllm_gateways", gateways if gateways is not None else {}).items()):
-        host = vc.text("vllm_gateways key", host if isinstance(host, str) else repr(host), _NAME,
-                       "must be an inventory host name of [A-Za-z0-9_.-]")
+        host = vc.text("vllm_gateways key", host if isinstance(host, str) else repr(host),
+                       gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
         socket = vc.absolute_path("vllm_gateways.%s" % host, socket if socket is not None else "", allow_empty=True)
         if socket:
             checked[host] = socket
@@ -277,10 +278,11 @@ def _gateways(gateways, backends):
         entry = _mapping(where, entry)
         if "name" not in entry:
             vc.fail(where, "lacks name (gateway_backends entries carry it)", entry)
-        server = vc.text(where + ".name", entry["name"], _NAME, "must be a server name of [A-Za-z0-9_.-]")
+        server = vc.text(where + ".name", entry["name"], gateway_settings.SERVER_NAME,
+                         gateway_settings.SERVER_NAME_RULE)
         host = vc.text(where + ".host", entry.get("host", ""), allow_empty=True)
-        backend = vc.text(where + ".backend", entry.get("backend") or DEFAULT_GATEWAY_BACKEND, _NAME,
-                          "must be a backend name of [A-Za-z0-9_.-]")
+        backend = vc.text(where + ".backend", entry.get("backend") or DEFAULT_GATEWAY_BACKEND,
+                          gateway_settings.SERVER_NAME, "must be an HAProxy backend name of [A-Za-z0-9_.:-]")
         servers.append({"host": host, "server": server, "backend": backend})
     return checked, servers
 
