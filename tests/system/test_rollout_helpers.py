@@ -1,0 +1,259 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The helpers a rolling restart runs, against real processes.
+
+- gpufleet-wait-ready (every unit's ExecStartPost=) against the stand-in
+  vLLM that opens its port only after a start-up delay;
+- gpufleet-gateway-server (the role delegates it to each gateway) against a
+  real HAProxy with its runtime API on a UNIX socket, in front of two
+  stand-in instances: drain waits for the in-flight request, a drained
+  server gets no new request, ready brings it back, and the cases the role
+  must skip cleanly (no socket, a server HAProxy does not know) change nothing.
+- the gateway role's L7 retries: an instance killed with requests in flight
+  loses none of them (non-streamed).
+
+Nothing here asserts a duration: waits are bounded, outcomes are checked.
+"""
+
+import csv
+import json
+import pathlib
+import signal
+import socket
+import subprocess
+import threading
+
+import jinja2
+import pytest
+
+from fleet_processes import ProcessGroup, free_port, http_request, wait_for_health, wait_until
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+STUB = REPO / "tests" / "stub" / "vllm-stub"
+FILES = REPO / "roles" / "vllm" / "files"
+WAIT_READY = FILES / "gpufleet-wait-ready"
+GATEWAY_SERVER = FILES / "gpufleet-gateway-server"
+TEMPLATE = REPO / "roles" / "gateway" / "templates" / "haproxy.cfg.j2"
+HAPROXY = "/usr/sbin/haproxy"
+ADDRESS = "127.0.0.32"
+MODEL = "m"
+
+
+@pytest.fixture
+def processes(tmp_path):
+    group = ProcessGroup(str(tmp_path))
+    try:
+        yield group
+    finally:
+        group.stop_all()
+
+
+def start_stub(processes, name, extra=(), port=None, wait=True):
+    port = port or free_port(ADDRESS)
+    processes.start(name, [str(STUB), "serve", MODEL, "--host", ADDRESS, "--port", str(port)] + list(extra), None)
+    if wait:
+        wait_for_health(processes, name, ADDRESS, port)
+    return port
+
+
+def run(argv, timeout=60):
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, timeout=timeout)
+
+
+# --- gpufleet-wait-ready --------------------------------------------------
+
+def test_wait_ready_returns_once_the_instance_serves(processes):
+    port = start_stub(processes, "slow", ["--stub-startup-delay", "1.5"], wait=False)
+    url = "http://%s:%d/health" % (ADDRESS, port)
+    result = run([WAIT_READY, url, "60"])
+    assert result.returncode == 0, result.stderr
+    # It returned because the instance answers, not because time passed.
+    assert http_request(ADDRESS, port, "GET", "/health")[0] == 200
+
+
+def test_wait_ready_fails_naming_the_url_when_nothing_answers():
+    url = "http://%s:%d/health" % (ADDRESS, free_port(ADDRESS))
+    result = run([WAIT_READY, url, "1"])
+    assert result.returncode == 1
+    assert url in result.stderr and "within 1 s" in result.stderr
+
+
+def test_wait_ready_ignores_proxies_of_the_environment(processes):
+    port = start_stub(processes, "stub")
+    result = subprocess.run([str(WAIT_READY), "http://%s:%d/health" % (ADDRESS, port), "5"], capture_output=True,
+                            text=True, check=False, timeout=60,
+                            env={"http_proxy": "http://%s:%d" % (ADDRESS, free_port(ADDRESS)),
+                                 "HTTP_PROXY": "http://192.0.2.1:3128", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["http://127.0.0.1:1/health"], ["http://127.0.0.1:1/health", "soon"]])
+def test_wait_ready_usage(argv):
+    result = run([WAIT_READY] + argv)
+    assert result.returncode == 2 and result.stderr
+
+
+# --- HAProxy and its runtime API -------------------------------------------
+
+def render_gateway(tmp_path, servers, retries=True):
+    """The gateway role's own template with the settings a test needs."""
+    settings = {
+        "log_target": "", "chroot": "", "admin_socket": str(tmp_path / "admin.sock"), "admin_socket_group": "", "user": "", "group": "", "maxconn": 256, "retries": 2,
+        "timeout_connect": "2s", "timeout_client": "60s", "timeout_server": "60s", "timeout_tunnel": "60s",
+        "timeout_http_request": "10s", "timeout_http_keep_alive": "10s", "timeout_queue": "30s",
+        "listen_socket": "%s:%d" % (ADDRESS, free_port(ADDRESS)), "monitor_uri": "", "balance": "roundrobin",
+        "check_path": "/health", "check_interval": "200ms", "check_fall": 2, "check_rise": 1, "server_maxconn": 0,
+        "backends": [{"name": name, "socket": "%s:%d" % (ADDRESS, port), "host": ""} for name, port in servers],
+        "stats_port": 0, "stats_socket": "", "stats_uri": "",
+    }
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    environment.filters["comment"] = lambda text: "# " + text
+    text = environment.from_string(TEMPLATE.read_text()).render(__gateway=settings, ansible_managed="test")
+    if not retries:
+        text = "\n".join(line for line in text.splitlines()
+                         if "retry-on" not in line and "http-buffer-request" not in line) + "\n"
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(text)
+    check = run([HAPROXY, "-c", "-f", config])
+    assert check.returncode == 0, check.stdout + check.stderr
+    host, port = settings["listen_socket"].rsplit(":", 1)
+    return config, settings["admin_socket"], int(port)
+
+
+def start_gateway(processes, tmp_path, servers, retries=True):
+    config, socket_path, port = render_gateway(tmp_path, servers, retries)
+    processes.start("haproxy", [HAPROXY, "-db", "-f", str(config)], None)
+    wait_until(lambda: all(status(socket_path, name) == "UP" for name, dummy in servers), 15,
+               what="HAProxy checks every server UP")
+    return socket_path, port
+
+
+def show_stat(socket_path, server):
+    """HAProxy's `show stat` row of vllm/SERVER, straight from the socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(socket_path)
+        conn.sendall(b"show stat\n")
+        text = b"".join(iter(lambda: conn.recv(65536), b"")).decode()
+    lines = text.splitlines()
+    for row in csv.DictReader([lines[0][2:]] + lines[1:]):
+        if row["pxname"] == "vllm" and row["svname"] == server:
+            return row
+    return {}
+
+
+def status(socket_path, server):
+    try:
+        return show_stat(socket_path, server).get("status")
+    except OSError:
+        return None
+
+
+def session_count(socket_path, server):
+    return int(show_stat(socket_path, server).get("scur") or 0)
+
+
+def gateway_server(socket_path, server, action, seconds=30, backend="vllm"):
+    result = run([GATEWAY_SERVER, socket_path, backend, server, action, seconds], timeout=seconds + 30)
+    answer = json.loads(result.stdout) if result.stdout.strip() else None
+    return result.returncode, answer, result.stderr
+
+
+def completion(port, delay=None):
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 8}
+    if delay is not None:
+        body["stub_token_delay"] = delay
+    code, headers, data = http_request(ADDRESS, port, "POST", "/v1/completions", body, timeout=30)
+    return code, headers.get("x-stub-instance")
+
+
+def test_drain_waits_for_requests_and_ready_brings_the_server_back(processes, tmp_path):
+    ports = [start_stub(processes, "vllm-%d" % i) for i in range(2)]
+    servers = [("h-vllm-%d" % i, port) for i, port in enumerate(ports)]
+    socket_path, front = start_gateway(processes, tmp_path, servers)
+    first = "%s:%d" % (ADDRESS, ports[0])
+
+    # Slow requests (2 s each) through HAProxy, in turn on both servers.
+    done = {}
+    thread = threading.Thread(target=lambda: done.setdefault(
+        "through", [completion(front, 0.25) for dummy in range(2)]))
+    thread.start()
+    wait_until(lambda: session_count(socket_path, "h-vllm-0") > 0, 15, what="a session on h-vllm-0")
+    code, answer, stderr = gateway_server(socket_path, "h-vllm-0", "drain")
+    assert code == 0 and answer["changed"] is True, (answer, stderr)
+    # drain returned only once HAProxy had no session left on the server.
+    assert session_count(socket_path, "h-vllm-0") == 0
+    thread.join(60)
+    assert all(code == 200 for code, dummy in done["through"]), done
+    # Drained: no new request reaches it.
+    assert {completion(front)[1] for dummy in range(6)} == {"%s:%d" % (ADDRESS, ports[1])}
+    # Draining again changes nothing.
+    assert gateway_server(socket_path, "h-vllm-0", "drain")[1]["changed"] is False
+
+    # The instance restarts; HAProxy's checks see it go and come back.
+    processes.stop("vllm-0")
+    wait_until(lambda: status(socket_path, "h-vllm-0") == "DOWN", 15, what="h-vllm-0 DOWN")
+    start_stub(processes, "vllm-0b", port=ports[0])
+    code, answer, stderr = gateway_server(socket_path, "h-vllm-0", "ready")
+    assert code == 0 and answer["changed"] is True and answer["status"] == "UP", (answer, stderr)
+    wait_until(lambda: first in {completion(front)[1] for dummy in range(4)}, 15, what="requests on h-vllm-0")
+    assert gateway_server(socket_path, "h-vllm-0", "ready")[1]["changed"] is False
+
+
+def test_gateway_server_skips_what_it_cannot_drain(processes, tmp_path):
+    code, answer, dummy = gateway_server(str(tmp_path / "none.sock"), "h-vllm-0", "drain")
+    assert code == 0 and answer["changed"] is False and "no runtime API socket" in answer["msg"]
+    port = start_stub(processes, "vllm-0")
+    socket_path, dummy = start_gateway(processes, tmp_path, [("h-vllm-0", port)])
+    for backend, server in (("vllm", "h-vllm-9"), ("other", "h-vllm-0")):
+        code, answer, dummy = gateway_server(socket_path, server, "drain", backend=backend)
+        assert code == 0 and answer["changed"] is False and "has no server" in answer["msg"], answer
+    assert status(socket_path, "h-vllm-0") == "UP"
+
+
+def test_ready_fails_when_haproxy_does_not_take_the_server_back(processes, tmp_path):
+    port = start_stub(processes, "vllm-0")
+    socket_path, dummy = start_gateway(processes, tmp_path, [("h-vllm-0", port)])
+    assert gateway_server(socket_path, "h-vllm-0", "drain")[0] == 0
+    processes.stop("vllm-0")
+    wait_until(lambda: status(socket_path, "h-vllm-0") == "DOWN", 15, what="h-vllm-0 DOWN")
+    code, answer, dummy = gateway_server(socket_path, "h-vllm-0", "ready", seconds=1)
+    assert code == 1 and "not reached within 1 s" in answer["msg"], answer
+
+
+# --- L7 retries --------------------------------------------------------------
+
+def kill_under_load(processes, tmp_path, retries):
+    """Four clients through the gateway; one instance is killed (SIGKILL)
+    while requests are in flight on it. Returns the failed requests."""
+    ports = [start_stub(processes, "vllm-%d" % i) for i in range(2)]
+    socket_path, front = start_gateway(processes, tmp_path, [("h-vllm-%d" % i, p) for i, p in enumerate(ports)],
+                                       retries)
+    results = []
+    stop = threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                results.append(completion(front, 0.02)[0])
+            except OSError as error:
+                results.append(type(error).__name__)
+    threads = [threading.Thread(target=client) for dummy in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: session_count(socket_path, "h-vllm-0") > 0 and len(results) > 20, 15,
+                   what="requests in flight on h-vllm-0")
+        processes.signal("vllm-0", signal.SIGKILL)
+        wait_until(lambda: status(socket_path, "h-vllm-0") == "DOWN", 15, what="h-vllm-0 DOWN")
+        count = len(results)
+        wait_until(lambda: len(results) > count + 20, 15, what="more requests")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    return [r for r in results if r != 200]
+
+
+def test_killed_instance_loses_no_request_with_retries(processes, tmp_path):
+    assert kill_under_load(processes, tmp_path, retries=True) == []
