@@ -468,9 +468,11 @@ def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
     assert recap["fresh"]["changed"] > 0 and recap["used"]["changed"] > 0, output
     assert not (fresh / "staging").exists()
     assert rendered_files(used) == before
-    # --diff shows every unit: the item, then its diff.
+    # --diff shows every unit: its diff, then the item (Ansible prints an
+    # item's diff before its line; the other host's lines may follow).
     for instance in instances:
-        assert re.search(r"^changed: \[fresh\] => \(item=gpufleet-%s\.service\)\n--- before"
+        assert re.search(r"^--- before\n\+\+\+ after: \S+vllm\.service\.j2\n(?:(?:[-+ @\\].*)?\n)*"
+                         r"changed: \[fresh\] => \(item=gpufleet-%s\.service\)$"
                          % re.escape(instance["name"]), output, re.M), output
     # The changed model shows in the used host's diff; the secret does not.
     assert re.search(r"^\+.*serve other/model", output, re.M), output
