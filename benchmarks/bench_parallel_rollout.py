@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""How long a fleet roll takes: N hosts x 2 instances, each T s to get healthy.
+
+    .venv/bin/python benchmarks/bench_parallel_rollout.py [--hosts 1 2 4 8] [--startup 4]
+
+Each host is an inventory host on the local connection with its own
+loopback address (127.0.80.x), directories and unit prefix; its units are
+started by a stand-in service manager (benchmarks/systemctl_standin.py, put
+first on PATH as `systemctl`) that runs each unit's ExecStart= (the
+stand-in vLLM, tests/stub/vllm-stub, which opens its port only after
+--stub-startup-delay T) and, like systemd's start job, returns when the
+unit's ExecStartPost= (gpufleet-wait-ready) has seen /health. No gateway.
+
+For each N: the role deploys the fleet (every unit started), then a changed
+variable (vllm_environment) rewrites every unit and the role rolls them;
+that run's wall time is the roll. A third run changes nothing: its wall time
+is the playbook's own cost (tasks, module calls) without restarts. Printed
+next to what a roll would take if instances restarted one at a time across
+the fleet (N x 2 x T) and if every host rolled at once with no overhead
+(2 x T): restart time = roll - no-change run, ratio = restart time / 2 T.
+Forks are set to N. Prints figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import grp
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
+STUB = os.path.join(REPO, "tests", "stub", "vllm-stub")
+STANDIN = os.path.join(REPO, "benchmarks", "systemctl_standin.py")
+
+ROLL = """\
+- name: Roll the fleet
+  hosts: gpu_servers
+  gather_facts: false
+  serial: "{{ gpufleet_rollout_hosts_at_once | default('100%') }}"
+  roles:
+    - role: gpufleet.numa.vllm
+      vars:
+        vllm_environment:
+          BENCH_ROLL: "{{ bench_roll }}"
+"""
+
+
+def instances(per_host):
+    return [{"name": "vllm-%d" % i, "tp_size": 1, "pp_size": 1, "gpu_indices": [i], "port": 8000 + i,
+             "dist_port": 29000 + 100 * i, "reason": "bench",
+             "binding": {"cpus": "0", "mems": [0], "policy": "bind", "by_node": False}}
+            for i in range(per_host)]
+
+
+def setup(work, hosts, per_host, startup):
+    units = os.path.join(work, "units")
+    state = os.path.join(work, "standin")
+    bin_dir = os.path.join(work, "bin")
+    for path in (units, state, bin_dir):
+        os.makedirs(path)
+    with open(os.path.join(bin_dir, "systemctl"), "w") as out:
+        out.write("#!/bin/sh\nexec %s %s %s %s \"$@\"\n" % (sys.executable, STANDIN, units, state))
+    os.chmod(os.path.join(bin_dir, "systemctl"), 0o755)
+    inventory = {}
+    for index in range(hosts):
+        name = "h%02d" % index
+        root = os.path.join(work, name)
+        inventory[name] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "vllm_instances": instances(per_host),
+            "vllm_model": "bench/model",
+            "vllm_listen_host": "127.0.80.%d" % (index + 1),
+            "vllm_install": False,
+            "vllm_manage_user": False,
+            "vllm_manage_service": True,
+            "vllm_user": getpass.getuser(),
+            "vllm_group": grp.getgrgid(os.getgid()).gr_name,
+            "vllm_executable": STUB,
+            "vllm_binding": "systemd",
+            "vllm_nvidia_modprobe": "",
+            "vllm_extra_args": {"stub-startup-delay": startup},
+            "vllm_health_delay": 1,
+            "vllm_unit_dir": units,
+            "vllm_unit_prefix": name + "-",
+            "vllm_state_dir": os.path.join(root, "var/lib/vllm"),
+            "vllm_config_dir": os.path.join(root, "etc/vllm"),
+            "vllm_libexec_dir": os.path.join(root, "libexec"),
+        }
+    with open(os.path.join(work, "hosts.yml"), "w") as out:
+        json.dump({"all": {"children": {"gpu_servers": {"hosts": inventory}}}}, out)
+    with open(os.path.join(work, "roll.yml"), "w") as out:
+        out.write(ROLL)
+    return bin_dir, state
+
+
+def run(work, bin_dir, forks, roll):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=os.path.join(work, "tmp"), PATH=bin_dir + os.pathsep + os.environ["PATH"])
+    start = time.monotonic()
+    result = subprocess.run([PLAYBOOK, "-i", os.path.join(work, "hosts.yml"), "-f", str(forks),
+                             "-e", "bench_roll=%s" % roll, os.path.join(work, "roll.yml")],
+                            env=env, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - start
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout[-4000:] + result.stderr[-2000:])
+        raise SystemExit("ansible-playbook failed (%d)" % result.returncode)
+    return seconds
+
+
+def stop_all(state):
+    for name in os.listdir(state):
+        if name.endswith(".json"):
+            with open(os.path.join(state, name)) as handle:
+                pid = json.load(handle).get("pid", 0)
+            if pid:
+                try:
+                    os.killpg(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--instances", type=int, default=2, help="instances per host")
+    parser.add_argument("--startup", type=float, default=4.0, help="seconds each instance takes to get healthy")
+    parser.add_argument("--keep", action="store_true", help="keep the work directories")
+    options = parser.parse_args(argv)
+    t = options.startup
+    print("%5s %9s %9s %9s %11s %9s %7s" % ("hosts", "roll s", "no-op s", "restart s", "serial s", "ideal s",
+                                            "ratio"))
+    for hosts in options.hosts:
+        work = tempfile.mkdtemp(prefix="bench-rollout-")
+        bin_dir, state = setup(work, hosts, options.instances, t)
+        try:
+            run(work, bin_dir, hosts, "deploy")
+            roll = run(work, bin_dir, hosts, "roll")
+            noop = run(work, bin_dir, hosts, "roll")
+        finally:
+            stop_all(state)
+            if not options.keep:
+                shutil.rmtree(work, ignore_errors=True)
+        restart = roll - noop
+        serial = hosts * options.instances * t
+        ideal = options.instances * t
+        print("%5d %9.1f %9.1f %9.1f %11.1f %9.1f %6.2fx" % (hosts, roll, noop, restart, serial, ideal,
+                                                               restart / ideal))
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
