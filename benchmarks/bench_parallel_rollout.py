@@ -16,11 +16,13 @@ unit's ExecStartPost= (gpufleet-wait-ready) has seen /health. No gateway.
 For each N: the role deploys the fleet (every unit started), then a changed
 variable (vllm_environment) rewrites every unit and the role rolls them;
 that run's wall time is the roll. A third run changes nothing: its wall time
-is the playbook's own cost (tasks, module calls) without restarts. Printed
-next to what a roll would take if instances restarted one at a time across
-the fleet (N x 2 x T) and if every host rolled at once with no overhead
-(2 x T): restart time = roll - no-change run, ratio = restart time / 2 T.
-Forks are set to N. Prints figures, asserts nothing.
+is the playbook's own cost (tasks, module calls) without restarts. Columns:
+roll, no-op, their difference (which also holds rendering and verifying
+the changed units), steps (from the first per-instance step, the drain, to
+the end of the run: the restarts themselves), next to what the restarts
+would take one instance at a time across the fleet (serial, N x 2 x T) and
+with every host rolling at once and no overhead (ideal, 2 x T); ratio =
+steps / ideal. Forks are set to N. Prints figures, asserts nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +43,32 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
 STUB = os.path.join(REPO, "tests", "stub", "vllm-stub")
 STANDIN = os.path.join(REPO, "benchmarks", "systemctl_standin.py")
+
+# Records when each task starts and when the run ends (BENCH_TIMES).
+CALLBACK = '''
+import json, os, time
+from ansible.plugins.callback import CallbackBase
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "task_times"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        self.tasks = []
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self.tasks.append([task.get_name(), time.monotonic()])
+
+    def v2_playbook_on_stats(self, stats):
+        with open(os.environ["BENCH_TIMES"], "w") as out:
+            json.dump({"tasks": self.tasks, "end": time.monotonic()}, out)
+'''
+# The first task of the per-instance steps (roles/vllm/tasks/instance.yml).
+FIRST_STEP = "Drain the instance on the gateways before it restarts"
 
 ROLL = """\
 - name: Roll the fleet
@@ -101,12 +129,19 @@ def setup(work, hosts, per_host, startup):
         json.dump({"all": {"children": {"gpu_servers": {"hosts": inventory}}}}, out)
     with open(os.path.join(work, "roll.yml"), "w") as out:
         out.write(ROLL)
+    os.makedirs(os.path.join(work, "callbacks"))
+    with open(os.path.join(work, "callbacks", "task_times.py"), "w") as out:
+        out.write(CALLBACK)
     return bin_dir, state
 
 
 def run(work, bin_dir, forks, roll):
+    """(wall time of the run, seconds from the first per-instance step to the end)."""
+    times = os.path.join(work, "times.json")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=os.path.join(work, "tmp"), PATH=bin_dir + os.pathsep + os.environ["PATH"])
+               ANSIBLE_LOCAL_TEMP=os.path.join(work, "tmp"), PATH=bin_dir + os.pathsep + os.environ["PATH"],
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(work, "callbacks"), ANSIBLE_CALLBACKS_ENABLED="task_times",
+               BENCH_TIMES=times)
     start = time.monotonic()
     result = subprocess.run([PLAYBOOK, "-i", os.path.join(work, "hosts.yml"), "-f", str(forks),
                              "-e", "bench_roll=%s" % roll, os.path.join(work, "roll.yml")],
@@ -115,7 +150,10 @@ def run(work, bin_dir, forks, roll):
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-4000:] + result.stderr[-2000:])
         raise SystemExit("ansible-playbook failed (%d)" % result.returncode)
-    return seconds
+    with open(times) as handle:
+        recorded = json.load(handle)
+    starts = [start for name, start in recorded["tasks"] if name.endswith(FIRST_STEP)]
+    return seconds, (recorded["end"] - starts[0]) if starts else 0.0
 
 
 def stop_all(state):
@@ -138,15 +176,15 @@ def main(argv):
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     options = parser.parse_args(argv)
     t = options.startup
-    print("%5s %9s %9s %9s %11s %9s %7s" % ("hosts", "roll s", "no-op s", "restart s", "serial s", "ideal s",
-                                            "ratio"))
+    print("%5s %8s %8s %10s %10s %9s %8s %7s" % ("hosts", "roll s", "no-op s", "roll-noop", "steps s",
+                                                  "serial s", "ideal s", "ratio"))
     for hosts in options.hosts:
         work = tempfile.mkdtemp(prefix="bench-rollout-")
         bin_dir, state = setup(work, hosts, options.instances, t)
         try:
             run(work, bin_dir, hosts, "deploy")
-            roll = run(work, bin_dir, hosts, "roll")
-            noop = run(work, bin_dir, hosts, "roll")
+            roll, steps = run(work, bin_dir, hosts, "roll")
+            noop, dummy = run(work, bin_dir, hosts, "roll")
         finally:
             stop_all(state)
             if not options.keep:
@@ -154,8 +192,8 @@ def main(argv):
         restart = roll - noop
         serial = hosts * options.instances * t
         ideal = options.instances * t
-        print("%5d %9.1f %9.1f %9.1f %11.1f %9.1f %6.2fx" % (hosts, roll, noop, restart, serial, ideal,
-                                                               restart / ideal))
+        print("%5d %8.1f %8.1f %10.1f %10.1f %9.1f %8.1f %6.2fx" % (hosts, roll, noop, restart, steps, serial,
+                                                                      ideal, steps / ideal))
         sys.stdout.flush()
     return 0
 
