@@ -11,12 +11,18 @@
   server gets no new request, ready brings it back, and the cases the role
   must skip cleanly (no socket, a server HAProxy does not know) change nothing.
 - the gateway role's L7 retries: an instance killed with requests in flight
-  loses none of them (non-streamed).
+  loses none of them (non-streamed);
+- the roll itself on two local hosts under the stand-in service manager of
+  benchmarks/bench_parallel_rollout.py: one include per instance ordinal
+  for both hosts, every unit restarted.
 
 Nothing here asserts a duration: waits are bounded, outcomes are checked.
 """
 
 import csv
+import os
+import re
+import sys
 import json
 import pathlib
 import signal
@@ -257,3 +263,36 @@ def kill_under_load(processes, tmp_path, retries):
 
 def test_killed_instance_loses_no_request_with_retries(processes, tmp_path):
     assert kill_under_load(processes, tmp_path, retries=True) == []
+
+
+# --- the roll itself: every host at once --------------------------------------
+
+def test_every_host_rolls_its_instances_at_the_same_time(tmp_path):
+    """Two local hosts with two units each, under the stand-in service manager
+    of benchmarks/bench_parallel_rollout.py: each per-instance step is one
+    include for both hosts (not one per host, which Ansible runs host after
+    host), and every unit is restarted and serves again."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import bench_parallel_rollout as bench
+
+    bin_dir, state = bench.setup(str(tmp_path), 2, 2, 0)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PATH=bin_dir + os.pathsep + os.environ["PATH"])
+    try:
+        outputs, pids = [], []
+        for roll in ("deploy", "roll"):
+            result = subprocess.run([bench.PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), "-f", "2", "-e",
+                                     "bench_roll=" + roll, str(tmp_path / "roll.yml")], env=env,
+                                    capture_output=True, text=True, check=False, timeout=600)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+            outputs.append(result.stdout)
+            pids.append({path.name: json.loads(path.read_text())["pid"] for path in pathlib.Path(state).glob("*.json")})
+        for ordinal in (0, 1):
+            assert re.search(r"^included: \S+/instance\.yml for h00, h01 => \(item=instance %d\)$" % ordinal,
+                             outputs[1], re.M), outputs[1]
+        assert len(pids[1]) == 4 and all(pids[1][unit] != pids[0][unit] for unit in pids[0]), pids
+        for index in (0, 1):
+            for port in (8000, 8001):
+                assert http_request("127.0.80.%d" % (index + 1), port, "GET", "/health")[0] == 200
+    finally:
+        bench.stop_all(state)
