@@ -163,7 +163,7 @@ def changed(counts, hosts):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[3, 6])
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--forks", type=int, default=5)

@@ -38,7 +38,7 @@ def _max_bytes(value):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("root", "record", "capture", "capture_max_bytes", "nvml", "nvidia_smi",
-                             "nvidia_smi_timeout"))
+                             "nvidia_smi_timeout", "cgroup_slice"))
 
     def _resolve_capture(self, capture):
         """Absolute path of the capture file on the controller, or None."""
@@ -80,7 +80,8 @@ class ActionModule(ActionBase):
         try:
             data = load_capture(path, max_bytes=max_bytes)
             hostname = data.get("hostname") or task_vars.get("inventory_hostname")
-            facts = facts_from_capture(data, hostname=hostname)
+            facts = facts_from_capture(data, hostname=hostname,
+                                       cgroup_slice=self._task.args.get("cgroup_slice", "system.slice"))
         except ValueError as exc:
             # load_capture names the file it read; say which one the task asked for too.
             return dict(result, failed=True, msg="capture %s: %s" % (capture, to_text(exc)))

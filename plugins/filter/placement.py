@@ -10,32 +10,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils import placement, value_checks
-
-
-def _plain(value):
-    """Plain dicts/lists/scalars: what Ansible's templating hands in may be tagged subclasses."""
-    if isinstance(value, dict):
-        return dict((_plain_key(k), _plain(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
-
-
-def _plain_key(key):
-    if isinstance(key, bool):
-        return key
-    if isinstance(key, int):
-        return int(key)
-    return str(key) if isinstance(key, str) else key
 
 
 _INT_OPTIONS = ("tp_size", "pp_size", "reserved_cpus_per_socket", "max_instances_per_host",

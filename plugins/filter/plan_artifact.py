@@ -10,16 +10,10 @@ Thin shells around module_utils/plan_artifact.py; see docs/plan.md.
 
 from __future__ import annotations
 
-import json
-
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact
-
-
-def _plain(value):
-    """Plain JSON values: what templating hands in may be tagged subclasses."""
-    return json.loads(json.dumps(value))
 
 
 def _facts(host, variables):
@@ -49,7 +43,14 @@ def fleet_plan_by_host(host_vars, hosts=None):
                 plans.append(placement.plan_fleet(facts, hosts=group, **options))
             except ValueError as exc:
                 raise ValueError("%s (hosts %s)" % (exc, ", ".join(group)))
-        return dict(plan_artifact.combine_plans(plans), settings=settings)
+        plan = plan_artifact.combine_plans(plans)
+        # What each instance serves, as its host's vllm_* variables say now:
+        # kept in the plan, so the gateway routes a host's instances by model
+        # even in a run that does not reach it.
+        models = fleet_settings.host_models(host_vars, hosts)
+        for instance in plan["instances"]:
+            instance.update(models.get(instance["host"], {}))
+        return dict(plan, settings=settings)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan_by_host: %s" % exc)
 

@@ -24,6 +24,17 @@ def gateway_backends(plan, addresses):
         raise AnsibleFilterError("gpufleet.numa.gateway_backends: %s" % exc)
 
 
+def gateway_api_keys(plan, api_keys):
+    try:
+        if isinstance(api_keys, dict):
+            # Vaulted values arrive as string-like objects: plain text here.
+            api_keys = dict((str(k), "" if v is None else str(v)) for k, v in api_keys.items())
+        return plan_views.gateway_api_keys(plan, api_keys)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.gateway_api_keys: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"plan_table": plan_table, "gateway_backends": gateway_backends}
+        return {"plan_table": plan_table, "gateway_backends": gateway_backends,
+                "gateway_api_keys": gateway_api_keys}

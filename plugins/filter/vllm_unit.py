@@ -10,24 +10,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils import vllm_unit
-
-
-def _plain(value):
-    """Plain dicts/lists/scalars: what Ansible's templating hands in may be tagged subclasses."""
-    if isinstance(value, dict):
-        return dict((_plain(k), _plain(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
 
 
 def vllm_units(instances, variables):

@@ -12,20 +12,24 @@ that the planner takes each host's own values instead of one host's.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import FLEET_OPTIONS
 
-# option -> (inventory variable, default, kind)
+# option -> (inventory variable, kind); defaults are the planner's own
+# (placement_options.FLEET_OPTIONS), except tp_size: the deploy plans one
+# GPU per instance when gpufleet_tp_size is not set.
 SETTINGS = (
-    ("tp_size", "gpufleet_tp_size", 1, "positive"),
-    ("pp_size", "gpufleet_pp_size", 1, "positive"),
-    ("allow_span", "gpufleet_allow_span", False, "bool"),
-    ("reserved_cpus_per_socket", "gpufleet_reserved_cpus_per_socket", 0, "count"),
-    ("exclude_gpus", "gpufleet_exclude_gpus", (), "gpus"),
-    ("max_instances_per_host", "gpufleet_max_instances_per_host", None, "positive_or_none"),
-    ("base_port", "gpufleet_base_port", 8000, "port"),
-    ("port_stride", "gpufleet_port_stride", 1, "positive"),
-    ("dist_port_base", "gpufleet_dist_port_base", 29000, "port"),
-    ("dist_port_stride", "gpufleet_dist_port_stride", 100, "positive"),
+    ("tp_size", "gpufleet_tp_size", "positive"),
+    ("pp_size", "gpufleet_pp_size", "positive"),
+    ("allow_span", "gpufleet_allow_span", "bool"),
+    ("reserved_cpus_per_socket", "gpufleet_reserved_cpus_per_socket", "count"),
+    ("exclude_gpus", "gpufleet_exclude_gpus", "gpus"),
+    ("max_instances_per_host", "gpufleet_max_instances_per_host", "positive_or_none"),
+    ("base_port", "gpufleet_base_port", "port"),
+    ("port_stride", "gpufleet_port_stride", "positive"),
+    ("dist_port_base", "gpufleet_dist_port_base", "port"),
+    ("dist_port_stride", "gpufleet_dist_port_stride", "positive"),
 )
+DEFAULTS = dict(FLEET_OPTIONS, tp_size=1)
 
 
 def _check(kind, name, value, host):
@@ -57,7 +61,8 @@ def host_settings(host_vars, hosts):
     for host in hosts:
         variables = host_vars[host]
         options = {}
-        for option, variable, default, kind in SETTINGS:
+        for option, variable, kind in SETTINGS:
+            default = DEFAULTS[option]
             value = variables.get(variable, default) if hasattr(variables, "get") else default
             if value is None and kind != "positive_or_none":
                 value = default
@@ -77,3 +82,27 @@ def plan_groups(settings):
         key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(settings[host].items()))
         groups.setdefault(key, []).append(host)
     return [(dict(settings[hosts[0]]), hosts) for dummy, hosts in sorted(groups.items(), key=lambda kv: kv[1][0])]
+
+
+def host_models(host_vars, hosts):
+    """host -> {"model", "served_model_name"} from each host's vllm_model and
+    vllm_served_model_name (empty: the model itself), for hosts that set
+    vllm_model; the plan keeps them per instance, so the gateway knows what
+    a host serves even when a run does not reach it. Raises ValueError
+    naming the host and the variable."""
+    out = {}
+    for host in hosts:
+        variables = host_vars[host]
+        get = variables.get if hasattr(variables, "get") else (lambda name, default=None: default)
+        model = get("vllm_model")
+        if model is None or model == "":
+            continue
+        try:
+            model = value_checks.command_word("vllm_model", value_checks.text("vllm_model", model))
+            served = get("vllm_served_model_name") or ""
+            served = value_checks.served_model_name(
+                "vllm_served_model_name" if served else "vllm_model (served as its own name)", served or model)
+        except ValueError as exc:
+            raise ValueError("host %s: %s" % (host, exc))
+        out[str(host)] = {"model": model, "served_model_name": served}
+    return out

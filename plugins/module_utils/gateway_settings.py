@@ -7,12 +7,19 @@ check_settings() takes the role's variables as one dict (gateway_* name ->
 value) and returns the values the HAProxy template places, each checked as
 a whole (value_checks: fullmatch, no control characters anywhere) and in
 its canonical form, plus the few strings derived from them (address:port
-sockets). It raises ValueError("VARIABLE: RULE (got VALUE)") for the first
-value that breaks a rule, so a value can never add a line, a keyword or a
-server option to the configuration. Pure function, standard library only.
+sockets, one backend per served model name, the GET /v1/models answer, the
+gateway key's digest, each backend key as one quoted word). It raises
+ValueError("VARIABLE: RULE (got VALUE)") for the first value that breaks a
+rule, so a value can never add a line, a keyword or a server option to the
+configuration; messages about keys never show them. Pure function,
+standard library only.
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+import re
 
 import ipaddress
 
@@ -27,7 +34,15 @@ INVENTORY_HOST = r"[A-Za-z0-9_.:@-]{1,253}"
 INVENTORY_HOST_RULE = "must be an inventory host name of letters, digits, '-', '_', '.', ':' or '@'"
 PACKAGE = r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"
 SERVICE = r"[A-Za-z0-9][A-Za-z0-9@_.:-]{0,127}"
-BACKEND_KEYS = ("name", "host", "address", "port")
+BACKEND_KEYS = ("name", "host", "address", "port", "model", "backend")
+# HAProxy backend (proxy) names made from served model names.
+BACKEND_PREFIX = "model-"
+BACKEND_NAME_LIMIT = 64
+# Header a client sets to name the model when the JSON body cannot say it
+# (a GET, a body that is not JSON, a "model" field beyond the buffer).
+MODEL_HEADER = "X-Model"
+# A gateway API key: long enough not to be guessed.
+GATEWAY_KEY_MINIMUM = 16
 
 # Every variable the role takes; each must be present in the dict.
 VARIABLES = (
@@ -40,25 +55,16 @@ VARIABLES = (
     "gateway_log_target", "gateway_user", "gateway_group", "gateway_chroot",
     "gateway_admin_socket", "gateway_admin_socket_group", "gateway_config_path",
     "gateway_install", "gateway_package", "gateway_haproxy", "gateway_manage_service",
-    "gateway_service_name",
+    "gateway_service_name", "gateway_api_key", "gateway_allow_unauthenticated", "gateway_tls_certificate",
+    "gateway_buffer_size", "gateway_backend_api_keys",
 )
-# HAProxy keeps times in milliseconds in a signed 32-bit int.
-MAX_DURATION_MS = 2147483647
-DURATION_UNITS_US = (("us", 1), ("ms", 1000), ("s", 1000000), ("m", 60000000), ("h", 3600000000),
-                     ("d", 86400000000), ("", 1000))
 TIMEOUTS = ("connect", "client", "server", "tunnel", "http_request", "http_keep_alive", "queue")
 
-
-def integer(name, value, minimum=None, maximum=None):
-    """value_checks.integer, and a string must be digits only: no sign, no
-    space or newline around them (int() would forgive those)."""
-    if isinstance(value, str):
-        vc.text(name, value, r"[0-9]{1,18}", "must be an integer")
-    return vc.integer(name, value, minimum, maximum)
-
-
-def port(name, value, allow_zero=False):
-    return integer(name, value, 0 if allow_zero else 1, 65535)
+# value_checks takes strings of digits only (no sign or space around them),
+# bounds HAProxy durations at its 2147483647 ms and refuses quotes in paths.
+integer = vc.integer
+port = vc.port
+http_path = vc.url_path
 
 
 def socket(address, number):
@@ -67,25 +73,11 @@ def socket(address, number):
 
 
 def duration(name, value):
-    """An HAProxy duration (value_checks.haproxy_duration) above zero (zero
-    means no timeout, or a check interval HAProxy refuses) and at most
-    2147483647ms (about 24.8 days; HAProxy refuses longer times)."""
+    """An HAProxy duration (value_checks.haproxy_duration) above zero: zero
+    means no timeout, or a check interval HAProxy refuses."""
     value = vc.haproxy_duration(name, value)
-    for unit, microseconds in DURATION_UNITS_US:
-        if value.endswith(unit) and value[:len(value) - len(unit)].isdigit():
-            total = int(value[:len(value) - len(unit)]) * microseconds
-            break
-    if total == 0 or total > MAX_DURATION_MS * 1000:
-        vc.fail(name, "must be above 0 and at most 2147483647ms (24d)", value)
-    return value
-
-
-def http_path(name, value, allow_empty=False):
-    """An HTTP path (value_checks.url_path) that HAProxy reads as one word:
-    its parser removes single quotes, so none may appear."""
-    vc.url_path(name, value, allow_empty=allow_empty)
-    if "'" in value:
-        vc.fail(name, "must not contain a single quote (HAProxy reads it as quoting)", value)
+    if int(re.match(r"[0-9]+", value).group(0)) == 0:
+        vc.fail(name, "must be above 0", value)
     return value
 
 
@@ -146,25 +138,41 @@ def backend_address(name, value):
     return address
 
 
+def backend_name(model, taken=()):
+    """The HAProxy backend name for a served model name: 'model-' and the
+    name with every character HAProxy does not take in a proxy name made
+    '_'; a name too long, or one another model already maps to, ends in
+    part of the name's SHA-256 so that every model keeps its own backend."""
+    clean = BACKEND_PREFIX + re.sub(r"[^A-Za-z0-9_.:-]", "_", model)
+    if len(clean) > BACKEND_NAME_LIMIT or clean in taken:
+        digest = hashlib.sha256(model.encode("utf-8")).hexdigest()[:10]
+        clean = clean[:BACKEND_NAME_LIMIT - 11] + "-" + digest
+    return clean
+
+
 def backends(value):
+    """Checked servers, each with its model and backend, and the models:
+    [{name, backend, servers, api_key}] in the order they first appear."""
     name = "gateway_backends"
+    shape = "{name, host, address, port, model}"
     if not isinstance(value, list):
-        vc.fail(name, "must be a list of {name, host, address, port}", value)
+        vc.fail(name, "must be a list of " + shape, value)
     if not value:
         raise ValueError(
-            "gateway_backends: must hold at least one vLLM backend ({name, host, address, port}); "
-            "is the fleet plan empty for these hosts?")
+            "gateway_backends: must hold at least one vLLM backend (%s); "
+            "is the fleet plan empty for these hosts?" % shape)
     checked = []
     names = {}
     sockets = {}
     for index, entry in enumerate(value):
         where = "%s[%d]" % (name, index)
         if not isinstance(entry, dict):
-            vc.fail(where, "must be a dict {name, host, address, port}", entry)
+            vc.fail(where, "must be a dict " + shape, entry)
         unknown = sorted(str(key) for key in entry if key not in BACKEND_KEYS)
         if unknown:
-            vc.fail(where, "unknown field(s) %s; a backend has name, host, address and port" % ", ".join(unknown), entry)
-        for key in ("name", "address", "port"):
+            vc.fail(where, "unknown field(s) %s; a backend has %s" % (", ".join(unknown), ", ".join(BACKEND_KEYS)),
+                    entry)
+        for key in ("name", "address", "port", "model"):
             if key not in entry:
                 vc.fail(where, "missing required field %s" % key, entry)
         backend = {
@@ -173,7 +181,10 @@ def backends(value):
                             allow_empty=True),
             "address": backend_address(where + ".address", entry["address"]),
             "port": port(where + ".port", entry["port"]),
+            "model": vc.served_model_name(where + ".model", entry["model"]),
         }
+        if entry.get("backend") not in (None, ""):
+            backend["backend"] = vc.text(where + ".backend", entry["backend"], SERVER_NAME, SERVER_NAME_RULE)
         if backend["name"] in names:
             vc.fail(where + ".name", "must be unique; gateway_backends[%d] has the same name"
                     % names[backend["name"]], backend["name"])
@@ -181,10 +192,82 @@ def backends(value):
         backend["socket"] = socket(backend["address"], backend["port"])
         if backend["socket"] in sockets:
             vc.fail(where, "address and port must be unique; gateway_backends[%d] has the same %s"
-                    % (sockets[backend["socket"]], backend["socket"]), entry)
+                    % (sockets[backend["socket"]], backend["socket"]), backend["socket"])
         sockets[backend["socket"]] = index
         checked.append(backend)
-    return checked
+    return checked, models(checked)
+
+
+def models(servers):
+    """Group servers by served model name: one HAProxy backend each; a
+    given backend name must be the one the model's name makes."""
+    found = {}
+    taken = set()
+    for index, server in enumerate(servers):
+        model = found.get(server["model"])
+        if model is None:
+            backend = backend_name(server["model"], taken)
+            taken.add(backend)
+            model = found[server["model"]] = {"model": server["model"], "backend": backend, "servers": [],
+                                              "api_key": ""}
+        if server.get("backend", model["backend"]) != model["backend"]:
+            vc.fail("gateway_backends[%d].backend" % index, "must be %s, the backend of model %s"
+                    % (model["backend"], server["model"]), server["backend"])
+        server["backend"] = model["backend"]
+        model["servers"].append(server)
+    return list(found.values())
+
+
+def backend_api_keys(value, found):
+    """gateway_backend_api_keys: served model name -> the key the gateway
+    sends to that model's instances (their vllm_api_key). Sets api_key on
+    each model of `found`; a name that is no model is an error. Keys are
+    never shown in a message."""
+    name = "gateway_backend_api_keys"
+    if value is None or value == "":
+        value = {}
+    if not isinstance(value, dict):
+        raise ValueError("%s: must be a mapping of served model name -> key (value hidden)" % name)
+    by_name = dict((model["model"], model) for model in found)
+    for model, key in value.items():
+        if model not in by_name:
+            vc.fail(name, "names a model no backend serves (models: %s)" % ", ".join(sorted(by_name)), str(model))
+        if key is None or key == "":
+            continue
+        by_name[model]["api_key"] = vc.secret("%s[%s]" % (name, model), key)
+        by_name[model]["api_key_header"] = quoted("Bearer " + key)
+
+
+def quoted(text):
+    """TEXT as one double-quoted HAProxy word: backslash, double quote and
+    '$' (environment variables) escaped; TEXT holds no control character."""
+    return '"%s"' % re.sub(r'([\\"$])', r"\\\1", text)
+
+
+def gateway_key(variables, listen_address):
+    """The SHA-256 (upper-case hex, as HAProxy's sha2(256),hex writes it) of
+    'Bearer KEY': the configuration holds the digest, never the key. ''
+    when no key is set, which a gateway beyond loopback may only be with
+    gateway_allow_unauthenticated."""
+    key = variables["gateway_api_key"]
+    allow = vc.boolean("gateway_allow_unauthenticated", variables["gateway_allow_unauthenticated"])
+    if key is None or key == "":
+        if not vc.is_loopback(listen_address) and not allow:
+            raise ValueError(
+                "gateway_api_key: is required when the gateway listens beyond loopback "
+                "(gateway_listen_address %s); set it (from a vault), or listen on 127.0.0.1, or set "
+                "gateway_allow_unauthenticated: true to let anyone in" % listen_address)
+        return ""
+    vc.secret("gateway_api_key", key, GATEWAY_KEY_MINIMUM)
+    return hashlib.sha256(("Bearer " + key).encode("ascii")).hexdigest().upper()
+
+
+def models_json(found):
+    """GET /v1/models as the gateway answers it: OpenAI's list shape, one
+    entry per served model name (json.dumps of checked names: no quote or
+    backslash reaches the configuration)."""
+    data = [{"id": model["model"], "object": "model", "created": 0, "owned_by": "gpufleet"} for model in found]
+    return json.dumps({"object": "list", "data": data}, separators=(",", ":"), sort_keys=True)
 
 
 def check_settings(variables):
@@ -199,8 +282,20 @@ def check_settings(variables):
         raise ValueError("gateway_settings: missing variable(s) %s; unknown variable(s) %s"
                          % (", ".join(missing) or "none", ", ".join(unknown) or "none"))
     v = variables
-    s = {"backends": backends(v["gateway_backends"])}
+    s = {}
+    s["backends"], s["models"] = backends(v["gateway_backends"])
     s["listen_address"] = listen_address("gateway_listen_address", v["gateway_listen_address"])
+    backend_api_keys(v["gateway_backend_api_keys"], s["models"])
+    s["api_key_digest"] = gateway_key(v, s["listen_address"])
+    s["allow_unauthenticated"] = vc.boolean("gateway_allow_unauthenticated", v["gateway_allow_unauthenticated"])
+    s["tls_certificate"] = vc.absolute_path("gateway_tls_certificate", v["gateway_tls_certificate"],
+                                            allow_empty=True)
+    s["buffer_size"] = integer("gateway_buffer_size", v["gateway_buffer_size"], 16384, 16777216)
+    # The configuration holds a secret (a key sent to instances): the role
+    # writes it 0640 and shows no diff of it.
+    s["holds_secrets"] = any(model["api_key"] for model in s["models"])
+    s["model_header"] = MODEL_HEADER
+    s["models_json"] = models_json(s["models"])
     s["listen_port"] = port("gateway_listen_port", v["gateway_listen_port"])
     s["balance"] = vc.choice("gateway_balance", v["gateway_balance"], BALANCE)
     s["check_path"] = http_path("gateway_check_path", v["gateway_check_path"])

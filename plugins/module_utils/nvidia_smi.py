@@ -87,6 +87,7 @@ def new_gpu(index=None):
         "mig_mode": None,
         "pcie": None,
         "vendor": "nvidia",
+        "memory_numa_node": None,
     }
 
 
@@ -219,6 +220,16 @@ def _numa_of(text, label, warnings):
     return None
 
 
+def _gpu_numa_id(text, label, warnings):
+    """GPU NUMA ID cell -> the GPU's memory node, or None (N/A on GPUs whose memory is no NUMA node)."""
+    if text is None or text == "N/A":
+        return None
+    if text.isascii() and text.isdigit() and len(text) <= 9:
+        return int(text)
+    warnings.append("%s: unreadable GPU NUMA ID %s" % (label, excerpt(text)))
+    return None
+
+
 def _cpus_of(text, label, warnings):
     """CPU Affinity cell -> cpulist string or None."""
     if text is None or text == "N/A":
@@ -332,8 +343,9 @@ def _parse_topo_matrix(text):
             cpu_text = None
         gpu["local_cpus"] = _cpus_of(cpu_text, label, warnings)
         gpu["numa_node"] = _numa_of(values.get("NUMA Affinity"), label, warnings)
-        # "GPU NUMA ID" is the GPU's own memory node (Grace), not CPU
-        # locality: deliberately not used.
+        # "GPU NUMA ID" is the GPU's own memory node (Grace Hopper/Blackwell:
+        # a NUMA node without CPUs), not CPU locality: kept apart.
+        gpu["memory_numa_node"] = _gpu_numa_id(values.get("GPU NUMA ID"), label, warnings)
         if gpu["numa_node"] is not None and gpu["local_cpus"]:
             node_cpus.setdefault(gpu["numa_node"], set()).update(parse_cpulist(gpu["local_cpus"]))
         partial["gpus"].append(gpu)

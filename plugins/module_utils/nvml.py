@@ -28,6 +28,9 @@ Record format (`collector_version: 1`)::
         pcie: {current_generation, max_generation, current_width, max_width}
         cpu_affinity: {scope: node|legacy, bits: 64, words: [int, ...]}
         memory_affinity: {scope: node, bits: 64, words: [int, ...]}
+        gpu_numa_node: int, only when NVML answers (Grace: the GPU's own
+          memory node, nvmlDeviceGetNumaNodeId; "Not Supported" on x86 is
+          the normal answer and is not recorded)
         nvlinks: [{link, active, remote_bus_id, remote_device_type}]
         errors: {field: message}
     topology: [{a: index, b: index, level: 0|10|20|30|40|50}]
@@ -70,6 +73,16 @@ PCIE_SPEEDS = {
     5: "32.0 GT/s PCIe",
     6: "64.0 GT/s PCIe",
 }
+
+
+def import_pynvml():
+    """The pynvml module (from nvidia-ml-py) when it imports, else None: it
+    is optional, and a broken binding must not fail the module."""
+    try:
+        import pynvml  # pylint: disable=import-outside-toplevel
+    except Exception:  # pylint: disable=broad-except
+        return None
+    return pynvml
 
 
 def _error_text(exc):
@@ -148,7 +161,7 @@ def _collect_device(pynvml, index, handle, cpu_words):
     if ok:
         try:
             device["mig_mode"] = {"current": int(mig[0]), "pending": int(mig[1])}
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, LookupError):  # any shape but a pair
             errors["mig_mode"] = "unexpected value %r" % (mig,)
 
     pcie = {}
@@ -178,6 +191,10 @@ def _collect_device(pynvml, index, handle, cpu_words):
     )
     if ok:
         device["memory_affinity"] = {"scope": "node", "bits": WORD_BITS, "words": _words(words)}
+    value, ok = _call({}, "gpu_numa_node", pynvml, "nvmlDeviceGetNumaNodeId", handle)
+    value = _int_or_none(value) if ok and not isinstance(value, bool) else None
+    if value is not None and 0 <= value < 1 << 20:
+        device["gpu_numa_node"] = value
 
     max_links = _int_or_none(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)) or 18
     enabled = getattr(pynvml, "NVML_FEATURE_ENABLED", 1)
@@ -386,6 +403,7 @@ def _parse(raw):
             "mig_mode": None,
             "pcie": _pcie(device.get("pcie")),
             "vendor": "nvidia",
+            "memory_numa_node": None,
         }
         if gpu["pci_bus_id"] is None:
             warnings.append(
@@ -402,6 +420,9 @@ def _parse(raw):
             gpu["local_cpus"] = format_cpulist(cpus)
         else:
             warnings.append("NVML: %s: CPU affinity unknown" % label)
+        own = device.get("gpu_numa_node")
+        if isinstance(own, int) and not isinstance(own, bool) and 0 <= own < 1 << 20:
+            gpu["memory_numa_node"] = own
         nodes = _affinity(device.get("memory_affinity"), "memory affinity", label, warnings)
         if nodes and len(nodes) == 1:
             gpu["numa_node"] = nodes[0]

@@ -48,17 +48,33 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
     """
     notes = []
     node_cpus = dict((n.id, cpulist_cpus(n.cpus)) for n in topology.nodes)
+    usable = dict((n.id, cpulist_cpus(n.usable)) for n in topology.nodes)
     for entry in inst_nodes:
         for n, _w in entry:
             if n not in node_cpus:
-                node_cpus[n] = _gpu_local_cpus(topology, n)
+                node_cpus[n] = usable[n] = _gpu_local_cpus(topology, n)
                 notes.append("NUMA node %d is not in numa_nodes; using its GPUs' local_cpus (%s)" % (
                     n, _cpulist.format_cpulist(node_cpus[n]) or "none"))
     core_of = {}
     for core in topology.smt_siblings:
         for cpu in core:
             core_of[cpu] = tuple(sorted(core))
-    smt = bool(topology.smt_siblings)
+    assumed = {}  # node -> offset of the sibling pairs assumed for it (SMT unknown)
+    if not topology.smt_siblings:
+        assumed = assumed_smt_offsets(node_cpus)
+        for n, offset in assumed.items():
+            have = set(node_cpus[n])
+            for cpu in node_cpus[n]:
+                if cpu + offset in have:
+                    core_of[cpu] = core_of[cpu + offset] = (cpu, cpu + offset)
+    smt = bool(core_of)
+    told = set()
+
+    def tell(n, why):
+        if n in assumed and n not in told:
+            told.add(n)
+            notes.append("SMT siblings unknown (smt_siblings is empty): NUMA node %d's CPUs are taken as sibling "
+                         "pairs n and n+%d, the usual Linux numbering, to %s" % (n, assumed[n], why))
 
     def cores(cpus):
         """Physical cores (tuples of threads) of a CPU set, by lowest thread."""
@@ -70,19 +86,24 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
             return sorted(seen.values())
         return [(c,) for c in sorted(cpus)]
 
+    # Only usable CPUs are handed out (cgroup cpuset, allowed list, isolcpus):
+    # numactl refuses a CPU outside the service's allowed set.
+    available = dict((n, set(c)) for n, c in usable.items())
     # Reserved housekeeping CPUs: the first N physical cores of each socket.
-    available = dict((n, set(c)) for n, c in node_cpus.items())
     if reserved:
         sockets = {}
-        for n in node_cpus:
+        for n in available:
             label = node_socket.get(n)
-            sockets.setdefault(("node", n) if label is None else label, set()).update(node_cpus[n])
+            sockets.setdefault(("node", n) if label is None else label, set()).update(available[n])
         taken = set()
         for cpus in sockets.values():
             for core in cores(cpus)[:reserved]:
                 taken.update(core)
+        for n in sorted(node_cpus):
+            if taken & set(node_cpus[n]):
+                tell(n, "reserve whole cores (reserved_cpus_per_socket)")
         for n in available:
-            if node_cpus[n] and not (available[n] - taken):
+            if available[n] and not (available[n] - taken):
                 raise PlacementError("host %s: reserved_cpus_per_socket %d leaves no CPUs on NUMA node %d"
                                      % (host, reserved, n))
             available[n] -= taken
@@ -106,6 +127,12 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
     for idx, src in enumerate(sources):
         for n, w in src:
             users.setdefault(n, []).append((idx, w))
+    for n in sorted(set(n for entry in inst_nodes for n, _w in entry) | set(users)):
+        left_out = set(node_cpus.get(n) or ()) - set(usable.get(n) or ())
+        if left_out:
+            notes.append("NUMA node %d: CPUs %s are not usable by services (not in its usable_cpus %s: cgroup "
+                         "cpuset, allowed CPUs or isolcpus); not handed out" % (
+                             n, _cpulist.format_cpulist(left_out), _cpulist.format_cpulist(usable[n]) or "none"))
     parts = [set() for _inst in inst_nodes]
     shared = [False] * len(inst_nodes)
     for n, members in users.items():
@@ -115,6 +142,7 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
             continue
         for idx, _w in members:
             shared[idx] = True
+        tell(n, "split it between the %d instances sharing it by core" % len(members))
         # by physical core; without SMT information, contiguous runs of the cpulist
         units = cores(cpus)
         if len(units) < len(members):
@@ -140,6 +168,31 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
             node_set.update(node_cpus.get(n) or ())
         plan.append(CpuSet(_cpulist.format_cpulist(part), shared[i], bool(part) and part == node_set))
     return plan, notes
+
+
+def assumed_smt_offsets(node_cpus):
+    """node -> d for the nodes whose CPUs look like two equal halves, thread n and n+d of one core.
+
+    Linux numbers the second hardware thread of every core after all first
+    threads: CPU n's sibling is n + (CPUs of the host / 2). A node is taken
+    so when its CPUs, sorted, are two halves of equal size, the second the
+    first moved up by one constant d, with a gap between them (two runs, as
+    "0-47,96-143") or d half of all CPUs known (one node, "0-31"). A node of
+    one contiguous run on a larger host ("24-47" of 96) is left alone.
+    """
+    total = len(set().union(*node_cpus.values())) if node_cpus else 0
+    out = {}
+    for n, cpus in node_cpus.items():
+        half = len(cpus) // 2
+        if not half or len(cpus) % 2:
+            continue
+        low, high = cpus[:half], cpus[half:]
+        offset = high[0] - low[0]
+        if low[-1] >= high[0] or any(b - a != offset for a, b in zip(low, high)):
+            continue
+        if high[0] > low[-1] + 1 or 2 * offset == total:
+            out[n] = offset
+    return out
 
 
 def _gpu_local_cpus(topology, node):

@@ -8,8 +8,9 @@ planner are checked: every field the planner reads, its shape and its
 type. Anything else fails with a PlacementError naming the host and the
 field path ("host gpu-a: numa_topology.gpus[3].numa_node must be an
 integer >= 0, -1 (unknown) or null, got 'x'"). A numa_node of -1 (the
-kernel's NUMA_NO_NODE) reads as unknown, with a warning. Fields the planner does not read (memory_mb,
-vendor, pcie, nics, ...) are neither checked nor kept.
+kernel's NUMA_NO_NODE) reads as unknown, with a warning. A node's usable_cpus must be a
+subset of its cpus. Fields the planner does not read (memory_mb, vendor, pcie, nics, a
+node's kind, a GPU's memory_numa_node, ...) are neither checked nor kept.
 
 The result is a frozen view in plain types: the GPUs' identities in PCI
 order, and a Topology holding everything else the planner reads. The plan
@@ -56,6 +57,8 @@ class Node(NamedTuple):
     cpus: str  # cpulist; "" for a memory-only node or when the facts hold none
     socket: Optional[int]
     distances: tuple  # ((node, distance), ...) sorted by node
+    usable: str  # the CPUs of cpus that services may use (usable_cpus; cpus when the facts do not say)
+    memory_only: bool  # cpus is "" in the facts: a node without CPUs (HBM, CXL, a GPU's memory)
 
 
 class Socket(NamedTuple):
@@ -69,7 +72,8 @@ class Topology(NamedTuple):
     Per GPU position (PCI order): NUMA node (None when unknown) and
     local_cpus; the link class of every GPU pair by position (facts links
     in either direction; None when the facts hold none); the NUMA nodes by
-    id; the sockets as listed; the SMT sibling lists.
+    id (with their usable CPUs, and whether they are memory-only); the
+    sockets as listed; the SMT sibling lists.
     """
 
     gpu_nodes: tuple
@@ -109,7 +113,7 @@ def _is_int(value):
 
 
 def _is_mapping(value):
-    return type(value) is dict or isinstance(value, Mapping)
+    return value.__class__ is dict or isinstance(value, Mapping)
 
 
 def _text(host, path, value, allow_none=True):
@@ -330,7 +334,7 @@ def _slit_row(items):
 def _read_distances(host, path, raw):
     """A SLIT row: node id (int, or its decimal string after JSON) -> distance."""
     # exact types first: lru_cache compares keys with ==, and 10 == 10.0 == True
-    if type(raw) is dict and set(map(type, raw)) <= _STR and set(map(type, raw.values())) <= _INT:
+    if raw.__class__ is dict and set(map(type, raw)) <= _STR and set(map(type, raw.values())) <= _INT:
         try:
             return _slit_row(tuple(raw.items()))
         except ValueError:
@@ -356,14 +360,14 @@ def _read_nodes(facts, host):
     for i, entry in enumerate(_list(host, "numa_nodes", facts.get("numa_nodes"))):
         if not _is_mapping(entry):
             _fail(host, "numa_nodes[%d]" % i, "must be a mapping", entry)
-        node_id, cpus, socket, distances = map(entry.get, _NODE_FIELDS)
-        if not (type(node_id) is int and node_id >= 0 and (socket is None or (type(socket) is int and socket >= 0))):
+        node_id, cpus, socket, distances, usable = map(entry.get, _NODE_FIELDS)
+        if not (node_id.__class__ is int and node_id >= 0 and (socket is None or (socket.__class__ is int and socket >= 0))):
             node_id = _int(host, "numa_nodes[%d].id" % i, node_id)
             socket = _opt_int(host, "numa_nodes[%d].socket" % i, socket)
         if node_id in nodes:
             raise PlacementError("host %s: %s.numa_nodes[%d].id: NUMA node %d appears twice" % (host, ROOT, i, node_id))
         if cpus is not None:
-            cpus = _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus) if type(cpus) is not str else cpus
+            cpus = _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus) if cpus.__class__ is not str else cpus
             try:
                 cpulist_cpus(cpus)
             except ValueError:
@@ -372,11 +376,18 @@ def _read_nodes(facts, host):
             distances = _read_distances(host, "numa_nodes[%d].distances" % i, distances)
         elif distances is not None and not _is_mapping(distances):
             _fail(host, "numa_nodes[%d].distances" % i, "must be a mapping", distances)
-        nodes[node_id] = Node(node_id, cpus or "", socket, distances or ())
+        if usable is None:
+            usable = cpus or ""
+        else:
+            path = "numa_nodes[%d].usable_cpus" % i
+            usable = _cpulist_field(host, path, usable)
+            if not set(cpulist_cpus(usable)) <= set(cpulist_cpus(cpus or "")):
+                _fail(host, path, "must be a subset of the node's cpus %s" % show(cpus or ""), usable)
+        nodes[node_id] = Node(node_id, cpus or "", socket, distances or (), usable, cpus == "")
     return tuple(nodes[n] for n in sorted(nodes))
 
 
-_NODE_FIELDS = ("id", "cpus", "socket", "distances")
+_NODE_FIELDS = ("id", "cpus", "socket", "distances", "usable_cpus")
 
 
 def _read_sockets(facts, host):
@@ -385,7 +396,7 @@ def _read_sockets(facts, host):
         if not _is_mapping(entry):
             _fail(host, "sockets[%d]" % i, "must be a mapping", entry)
         sid, members = entry.get("id"), entry.get("numa_nodes")
-        if ((sid is None or (type(sid) is int and sid >= 0)) and type(members) is list
+        if ((sid is None or (sid.__class__ is int and sid >= 0)) and members.__class__ is list
                 and set(map(type, members)) <= _INT and (not members or min(members) >= 0)):
             out.append(Socket(sid, tuple(members)))
             continue

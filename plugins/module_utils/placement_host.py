@@ -70,6 +70,7 @@ class HostTemplate(NamedTuple):
     groups: tuple  # GroupTemplate, ordered by first GPU in PCI order
     unused: tuple  # (position, reason), by position
     unknown_node: tuple  # positions of placeable-but-unknown-node GPUs (one warning each)
+    rehomed: tuple  # (position, memory-only node, node with CPUs it is placed on or None), one warning each
     missing_links: tuple  # (count, (position, position) of the first) or ()
     notes: tuple  # warnings free of identities
 
@@ -130,18 +131,28 @@ def build_template(key, host, gpu_ids):
     unused = []
     unknown = []
     placeable_pos = []
+    node_socket = node_sockets(topo)
+    homes = home_nodes(topo, node_socket)
+    rehomed = []
+    gpu_nodes = []
     for pos, node in enumerate(topo.gpu_nodes):
+        if node in homes:
+            rehomed.append((pos, node, homes[node]))
+            node = homes[node]
+        gpu_nodes.append(node)
         if key.excluded[pos]:
             unused.append((pos, "excluded by exclude_gpus"))
+        elif node is None and rehomed and rehomed[-1][0] == pos:
+            unused.append((pos, "NUMA node %d has no CPUs (memory only) and no node with CPUs is known to be "
+                                "nearest: cannot be placed socket-locally" % rehomed[-1][1]))
         elif node is None:
             unused.append((pos, "NUMA node unknown (numa_node is null): cannot be placed socket-locally"))
             unknown.append(pos)
         else:
             placeable_pos.append(pos)
-    node_socket = node_sockets(topo)
 
     # Labels: a node without a known socket is its own socket (rule 7).
-    node_of = [topo.gpu_nodes[pos] for pos in placeable_pos]
+    node_of = [gpu_nodes[pos] for pos in placeable_pos]
     socket_of = [node_socket[n] if node_socket.get(n) is not None else ("node", n) for n in node_of]
     n = len(placeable_pos)
     score = [[0] * n for _row in range(n)]
@@ -250,9 +261,37 @@ def build_template(key, host, gpu_ids):
         groups=tuple(out_groups),
         unused=tuple(unused),
         unknown_node=tuple(unknown),
+        rehomed=tuple(rehomed),
         missing_links=(len(missing), missing[0]) if missing else (),
         notes=tuple(notes),
     )
+
+
+def home_nodes(topo, node_socket):
+    """memory-only node -> the node with CPUs its GPUs are placed on (None: none known).
+
+    A node without CPUs (HBM, CXL, a GPU's own memory) is never a home: a
+    GPU the facts put there is placed on the nearest node with CPUs - of
+    the same socket when the socket is known, nearest by SLIT distance;
+    without distances the lowest of that socket, or the one node with CPUs
+    the host has. Its memory is then bound there too, never to the
+    memory-only node.
+    """
+    cpu_nodes = [n for n in topo.nodes if not n.memory_only and n.cpus]
+    homes = {}
+    for node in topo.nodes:
+        if not node.memory_only:
+            continue
+        sock = node_socket.get(node.id)
+        candidates = [n.id for n in cpu_nodes if sock is None or node_socket.get(n.id) == sock]
+        distances = dict(node.distances)
+        if distances and all(c in distances for c in candidates):
+            homes[node.id] = min(candidates, key=lambda c: (distances[c], c)) if candidates else None
+        elif sock is not None or len(candidates) == 1:
+            homes[node.id] = min(candidates) if candidates else None
+        else:
+            homes[node.id] = None
+    return homes
 
 
 def _sort_label(label):
@@ -338,6 +377,12 @@ def instantiate(template, view, fleet=None):
     warnings = list(view.warnings)
     for p in template.unknown_node:
         warnings.append("GPU %s (index %s) has no known NUMA node; left unused" % (gpus[p].id, gpus[p].index))
+    for p, memory_node, home in template.rehomed:
+        warnings.append("GPU %s (index %s) is on NUMA node %d, which has no CPUs (memory only): %s"
+                        % (gpus[p].id, gpus[p].index, memory_node,
+                           "left unused, no node with CPUs is known to be nearest" if home is None
+                           else "placed on node %d, the nearest with CPUs; memory bound there, not to node %d"
+                           % (home, memory_node)))
     if template.missing_links:
         count, (a, b) = template.missing_links
         warnings.append("%d GPU pair(s) have no link class in the facts (first: %s - %s); ranked below SYS"

@@ -49,6 +49,11 @@ def gateway_backends(plan, addresses):
     host without one, or with one that is not an address, is an error
     naming the host rather than a guess: loopback would silently work only
     on a single machine. Hosts the plan does not use may be left out.
+
+    Each entry also names the instance's served model name (`model`, from
+    the plan instance's served_model_name) and the HAProxy backend of that
+    model (`backend`, gateway_settings.backend_name). Two hosts serving
+    different models under one served name are an error naming both.
     """
     if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
         raise ValueError("gateway_backends expects the dict returned by fleet_plan (with 'instances')")
@@ -56,6 +61,8 @@ def gateway_backends(plan, addresses):
         raise ValueError("gateway_backends: addresses must be a mapping of inventory host -> address (got %s)"
                          % value_checks.show(addresses))
     backends = []
+    served = {}  # served name -> (model, host)
+    taken = {}  # served name -> backend name
     for index, instance in enumerate(plan["instances"]):
         if not isinstance(instance, dict):
             raise ValueError("plan instance %d is not a dict" % index)
@@ -66,11 +73,65 @@ def gateway_backends(plan, addresses):
             raise ValueError(
                 "host %s has no address in addresses: map it to the address its vLLM instances "
                 "listen on (the gateway connects there)" % host)
-        backends.append({
+        name = instance.get("served_model_name")
+        if name is None or name == "":
+            raise ValueError(
+                "host %s: plan instance %s names no served model: set vllm_model (and optionally "
+                "vllm_served_model_name) for the host and plan it again (a plan kept from before the "
+                "gateway routed by model lacks it)" % (host, instance.get("name")))
+        name = value_checks.served_model_name("host %s vllm_served_model_name" % host, name)
+        model = instance.get("model") or name
+        if name in served and served[name][0] != model:
+            raise ValueError(
+                "vllm_served_model_name: hosts %s and %s both serve the name %s but with different models "
+                "(%s and %s): give each model its own served name" % (
+                    served[name][1], host, name, value_checks.show(served[name][0]), value_checks.show(model)))
+        served.setdefault(name, (model, host))
+        if name not in taken:
+            taken[name] = gateway_settings.backend_name(name, set(taken.values()))
+        entry = {
             "name": value_checks.text("host %s instance name" % host, "%s-%s" % (host, instance.get("name")),
                                       gateway_settings.SERVER_NAME, gateway_settings.SERVER_NAME_RULE),
             "host": host,
             "address": gateway_settings.backend_address("host %s address" % host, address),
             "port": gateway_settings.port("host %s instance %s port" % (host, instance.get("name")), instance.get("port")),
-        })
+            "model": name,
+            "backend": taken[name],
+        }
+        backends.append(entry)
     return backends
+
+
+def gateway_api_keys(plan, api_keys):
+    """served model name -> the key the gateway sends to its instances.
+
+    api_keys maps inventory host -> its vllm_api_key ('' or missing: the
+    host's instances take none). Every host serving one model must have
+    the same key (the gateway sends one per model): an error names both
+    hosts, never a key. Models whose instances take no key are left out.
+    """
+    if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
+        raise ValueError("gateway_api_keys expects the dict returned by fleet_plan (with 'instances')")
+    if not isinstance(api_keys, dict):
+        raise ValueError("gateway_api_keys: api_keys must be a mapping of inventory host -> vllm_api_key")
+    keys = {}
+    first = {}
+    for instance in plan["instances"]:
+        if not isinstance(instance, dict):
+            raise ValueError("plan instance is not a dict")
+        host = instance.get("host")
+        name = instance.get("served_model_name")
+        if not name:
+            continue  # gateway_backends names the host
+        key = api_keys.get(host)
+        key = "" if key is None else key
+        if key:
+            value_checks.secret("host %s vllm_api_key" % host, key)
+        if name in keys and keys[name] != key:
+            raise ValueError(
+                "vllm_api_key: hosts %s and %s serve model %s with different keys; the gateway sends one key "
+                "to every instance of a model: give them the same vllm_api_key (values hidden)"
+                % (first[name], host, name))
+        keys.setdefault(name, key)
+        first.setdefault(name, host)
+    return dict((name, key) for name, key in keys.items() if key)

@@ -20,11 +20,16 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
 )
 from ansible_collections.gpufleet.numa.plugins.module_utils.pci import MAX_GPUS, normalize_bus_id
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import excerpt
+from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import absolute_path
 
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
 PCI_DIR = "/sys/bus/pci/devices"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
+CGROUP_DIR = "/sys/fs/cgroup"
+PROC_STATUS = "/proc/self/status"
+ISOLATED = CPU_DIR + "/isolated"
+DEFAULT_SLICE = "system.slice"
 MAX_NUMA_NODES = 1024  # Linux's own limit (CONFIG_NODES_SHIFT 10)
 KFD_LINK_XGMI = 11  # io_link type of an XGMI link (type 2 is PCIe)
 
@@ -61,6 +66,7 @@ _KFD_NODE = re.compile(r"^\d{1,9}$", re.ASCII)
 _HOST_BRIDGE = re.compile(r"^pci([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2})$")
 _BDF = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _MEMTOTAL = re.compile(r"MemTotal:\s*(\d+)\s*kB")
+_CPUS_ALLOWED = re.compile(r"^Cpus_allowed_list:[ \t]*(\S*)[ \t]*$", re.MULTILINE)
 
 
 def _strip(text):
@@ -299,6 +305,7 @@ def pci_devices(reader, nodes, warnings):
                 "numa_node": node,
                 "local_cpus": local_cpus,
                 "pcie": _pcie(reader, base),
+                "pci_path": _pci_chain(reader, entry),
             })
     gpus.sort(key=lambda g: g["pci_bus_id"])
     nics.sort(key=lambda n: n["pci_bus_id"])
@@ -354,6 +361,19 @@ def pci_tree_links(gpus, nodes=()):
             row[b["pci_bus_id"]] = pci_link_class(a["pci_path"], b["pci_path"], node_a, node_b)
         links[a["pci_bus_id"]] = row
     return links
+
+
+def nic_gpu_links(nics, gpus, nodes=()):
+    """Each NIC's link class to every GPU from the PCI tree (as nvidia-smi
+    topo -m prints it in its NIC columns): nic["gpu_links"], by GPU bus id.
+    The PCI path is dropped from the NIC (it is no fact)."""
+    cpu_sets = node_cpu_sets(nodes)
+    gpu_nodes = [_effective_node(g, nodes, cpu_sets) for g in gpus]
+    for nic in nics:
+        path = nic.pop("pci_path", None)
+        nic_node = _effective_node(nic, nodes, cpu_sets)
+        nic["gpu_links"] = dict(
+            (g["pci_bus_id"], pci_link_class(path, g["pci_path"], nic_node, node)) for g, node in zip(gpus, gpu_nodes))
 
 
 def _properties(text):
@@ -417,12 +437,92 @@ def _index_amd_gpus(gpus, gpu_nodes, warnings):
                             % (gpu["pci_bus_id"], KFD_NODES))
 
 
-def collect(reader):
+def check_cgroup_slice(value):
+    """The cgroup path of the services (below /sys/fs/cgroup, "system.slice"), checked; ValueError otherwise."""
+    if value is None or value == "":
+        return ""
+    absolute_path("cgroup_slice", "/" + value.lstrip("/") if isinstance(value, str) else value)
+    return value.strip("/")
+
+
+def cpu_limits(reader, warnings, cgroup_slice=DEFAULT_SLICE):
+    """The CPUs services may run on, from what limits them: [(reason, allowed CPUs or None, denied CPUs or None)].
+
+    - the cgroup v2 cpuset of the services' slice
+      (/sys/fs/cgroup/<slice>/cpuset.cpus.effective), else of the cgroup
+      root this host shows (an LXC container's or a pod's own root);
+    - this process's Cpus_allowed_list in /proc/self/status (a container, a
+      taskset or a CPUAffinity= around the whole session);
+    - /sys/devices/system/cpu/isolated (isolcpus=): those CPUs the
+      scheduler does not balance onto, not to be handed out.
+
+    Only what could be read is listed: [] means nothing limits the CPUs as
+    far as these files tell (or none was read, as in an nvidia-smi capture).
+    """
+    limits = []
+    slice_name = (cgroup_slice or "").strip("/")
+    paths = ["%s/%s/cpuset.cpus.effective" % (CGROUP_DIR, slice_name)] if slice_name else []
+    paths.append(CGROUP_DIR + "/cpuset.cpus.effective")
+    for path in paths:
+        text = reader.read(path)
+        if text is None:
+            continue
+        if not text.strip():
+            continue  # a cpuset that inherits and shows nothing yet: no limit from it
+        try:
+            limits.append(("outside %s (cgroup cpuset)" % path, set(parse_cpulist(text)), None))
+        except ValueError as exc:
+            warnings.append("%s: %s" % (path, exc))
+        break
+    status = reader.read(PROC_STATUS)
+    if status is not None:
+        match = _CPUS_ALLOWED.search(status)
+        try:
+            if match is None:
+                raise ValueError("no Cpus_allowed_list line")
+            limits.append(("outside Cpus_allowed_list of %s" % PROC_STATUS, set(parse_cpulist(match.group(1))), None))
+        except ValueError as exc:
+            warnings.append("%s: %s" % (PROC_STATUS, exc))
+    isolated = _cpulist_or_warn(reader, ISOLATED, warnings)
+    if isolated is not None:
+        limits.append(("isolated (%s, isolcpus=)" % ISOLATED, None, set(isolated)))
+    return limits
+
+
+def _apply_limits(nodes, limits, warnings):
+    """Each node's usable_cpus: its CPUs that every limit allows; a warning
+    per limit that takes CPUs away, naming them. usable_cpus is None when no
+    limit was read at all (unknown, not unrestricted)."""
+    taken_by = []
+    for node in nodes:
+        if node["cpus"] is None or not limits:
+            node["usable_cpus"] = None if node["cpus"] is None or not limits else node["cpus"]
+            continue
+        usable = set(parse_cpulist(node["cpus"]))
+        for position, (dummy_reason, allowed, denied) in enumerate(limits):
+            gone = (usable - allowed) if allowed is not None else (usable & denied)
+            if gone:
+                usable -= gone
+                taken_by.append((position, gone))
+        node["usable_cpus"] = format_cpulist(usable)
+    for position, (reason, dummy_allowed, dummy_denied) in enumerate(limits):
+        gone = set()
+        for where, cpus in taken_by:
+            if where == position:
+                gone |= cpus
+        if gone:
+            warnings.append("CPUs %s are not usable by services: %s; they are left out of usable_cpus"
+                            % (format_cpulist(gone), reason))
+
+
+def collect(reader, cgroup_slice=DEFAULT_SLICE):
     """Everything sysfs says, as plain dicts (see module docstring).
 
     Returns {numa_nodes, sockets, smt_siblings, offline_cpus, gpus, nics,
     links, warnings, found} where found is True when any sysfs data was
     read at all (a capture of nvidia-smi output alone has none).
+    cgroup_slice: the cgroup (below /sys/fs/cgroup) whose cpuset limits the
+    services' CPUs (cpu_limits).
     """
     warnings = []
     cpus = cpu_topology(reader, warnings)
@@ -433,6 +533,7 @@ def collect(reader):
         nodes = [{"id": 0, "cpus": format_cpulist(cpus["online"]), "memory_mb": None, "distances": {}}]
     if cpus["offline"]:
         warnings.append("CPUs %s are offline; they are left out of the NUMA nodes" % format_cpulist(cpus["offline"]))
+    _apply_limits(nodes, cpu_limits(reader, warnings, cgroup_slice) if nodes else [], warnings)
 
     sockets = {}
     for node in nodes:
@@ -455,6 +556,7 @@ def collect(reader):
     gpus, nics = pci_devices(reader, nodes, warnings)
     found = bool(nodes or cpus["online"] or gpus or nics or reader.listdir(PCI_DIR))
     links = pci_tree_links(gpus, nodes)
+    nic_gpu_links(nics, gpus, nodes)
     gpu_nodes = kfd_gpu_nodes(reader) if any(g["vendor"] == "amd" for g in gpus) else []
     _index_amd_gpus(gpus, gpu_nodes, warnings)
     # XGMI beats any PCIe path between the same two AMD GPUs.

@@ -100,6 +100,7 @@ class _GpuTable(object):
             "cpus": [],  # (source, cpulist) in precedence order
             "seen_by": [],
             "numa_reported": gpu.get("numa_node_reported"),
+            "memory_numa": None,  # the GPU's own memory node (Grace: a NUMA node without CPUs)
         }
         self.records.append(record)
         return record
@@ -122,6 +123,8 @@ class _GpuTable(object):
             record["numa"].append((source, gpu["numa_node"]))
         if gpu.get("local_cpus"):
             record["cpus"].append((source, gpu["local_cpus"]))
+        if record["memory_numa"] is None and gpu.get("memory_numa_node") is not None:
+            record["memory_numa"] = gpu["memory_numa_node"]
         record["seen_by"].append(source)
         key = _partial_key(gpu)
         if key:
@@ -165,7 +168,8 @@ def _numa_nodes_from_partials(partials):
             except ValueError:
                 pass
     return [
-        {"id": nid, "cpus": format_cpulist(cpus[nid]), "memory_mb": None, "distances": {}, "socket": None}
+        {"id": nid, "cpus": format_cpulist(cpus[nid]), "memory_mb": None, "distances": {}, "socket": None,
+         "usable_cpus": None}
         for nid in sorted(cpus)
     ]
 
@@ -198,6 +202,84 @@ def _resolve_numa(record, gid, nodes, warnings, cpu_sets=None):
     elif nodes and node not in [n["id"] for n in nodes]:
         warnings.append("GPU %s: NUMA node %d is not among this host's NUMA nodes" % (gid, node))
     return node, cpus
+
+
+_NIC_VENDOR_PREFIXES = (("mlx", "mellanox"), ("bnxt", "broadcom"), ("irdma", "intel"), ("hfi", "intel"),
+                        ("qedr", "qlogic"), ("efa", "amazon"))
+_LOCAL_LINKS = ("PIX", "PXB", "PHB", "NODE")  # one NUMA node: below the same host bridge, or beside it
+
+
+def _sysfs_nic_links(links, table):
+    """A sysfs NIC's gpu_links (by bus id) keyed by the facts' GPU ids."""
+    out = {}
+    for bus_id, cls in (links or {}).items():
+        record = table.by_key.get(bus_id)
+        if record is not None:
+            out[_record_id(record)] = cls
+    return out
+
+
+def _merge_matrix_nics(nics, matrix_nics, table, gpus):
+    """The NIC columns of `nvidia-smi topo -m` in the facts' nics.
+
+    A column whose device (the NIC legend's name, `NIC0: mlx5_0`) is an
+    interface of a NIC sysfs found adds its GPU links to that NIC; any other
+    becomes a NIC of its own, id `NIC<n>` (or the device name old drivers
+    print), bus id unknown, NUMA node the one node of the GPUs it is
+    PIX/PXB/PHB/NODE to (null when they disagree or none is)."""
+    node_of = dict((g["id"], g["numa_node"]) for g in gpus)
+    for column in matrix_nics or []:
+        gpu_links = {}
+        for label, cls in (column.get("links") or {}).items():
+            record = table.by_key.get(label)
+            if record is not None:
+                gpu_links[_record_id(record)] = cls
+        gpu_links = dict((g["id"], gpu_links[g["id"]]) for g in gpus if g["id"] in gpu_links)
+        device = column.get("device")
+        known = [n for n in nics if device and device in (n.get("interfaces") or [])]
+        if known:
+            known[0]["gpu_links"] = gpu_links
+            continue
+        near = set(node_of.get(gid) for gid, cls in gpu_links.items() if cls in _LOCAL_LINKS)
+        vendor = next((name for prefix, name in _NIC_VENDOR_PREFIXES if (device or "").startswith(prefix)), "other")
+        nics.append({
+            "id": column["name"],
+            "pci_bus_id": None,
+            "vendor": vendor,
+            "interfaces": [device] if device else [],
+            "numa_node": near.pop() if len(near) == 1 and None not in near else None,
+            "local_cpus": None,
+            "pcie": dict.fromkeys(_PCIE_KEYS),
+            "gpu_links": gpu_links,
+        })
+
+
+def _away_from_memory_nodes(record, gid, memory_only, warnings):
+    """A source that puts a GPU on a NUMA node without CPUs names the GPU's
+    own memory (Grace Hopper: sysfs numa_node or NVML's memory affinity
+    can): that node becomes its memory_numa_node, and its CPU locality comes
+    from the other sources or its local CPUs."""
+    kept = []
+    for source, node in record["numa"]:
+        if node in memory_only:
+            if record["memory_numa"] is None:
+                record["memory_numa"] = node
+            warnings.append("GPU %s: %s puts it on NUMA node %d, which has no CPUs (memory only); taken as the "
+                            "GPU's memory node, not its CPU locality" % (gid, source, node))
+        else:
+            kept.append((source, node))
+    record["numa"] = kept
+
+
+def _node_kind(node, gpus):
+    """cpu, memory (no CPUs: CXL, HBM, a placeholder), gpu_memory (a GPU's own memory), null when the CPUs are unknown."""
+    if node.get("cpus") is None:
+        return None
+    if node["cpus"]:
+        return "cpu"
+    if any(g["memory_numa_node"] == node["id"] for g in gpus):
+        return "gpu_memory"
+    return "memory"
 
 
 def _narrow_link_warning(kind, gid, pcie):
@@ -262,12 +344,22 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
     nodes = [dict(n) for n in sys_part.get("numa_nodes") or []]
     if not nodes:
         nodes = _numa_nodes_from_partials([partial for dummy_source, partial in ordered if partial])
+        # A GPU's own memory node (GPU NUMA ID) is a node without CPUs.
+        known = set(n["id"] for n in nodes)
+        for memory_node in sorted(set(r["memory_numa"] for r in table.records if r["memory_numa"] is not None)):
+            if nodes and memory_node not in known:
+                nodes.append({"id": memory_node, "cpus": "", "memory_mb": None, "distances": {}, "socket": None,
+                              "usable_cpus": None})
+        nodes.sort(key=lambda n: n["id"])
     node_ids = [n["id"] for n in nodes]
+    memory_only = set(n["id"] for n in nodes if n.get("cpus") == "")
 
     gpus = []
     cpu_sets = sysfs.node_cpu_sets(nodes)
     for record in sorted(table.records, key=_sort_key):
         gid = _record_id(record)
+        if memory_only:
+            _away_from_memory_nodes(record, gid, memory_only, warnings)
         node, cpus = _resolve_numa(record, gid, nodes, warnings, cpu_sets)
         pcie = record["pcie"] or {}
         gpu = {
@@ -283,6 +375,7 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
             "memory_mb": record["memory_mb"],
             "mig_mode": record["mig_mode"],
             "pcie": dict((k, pcie.get(k)) for k in _PCIE_KEYS),
+            "memory_numa_node": record["memory_numa"],
         }
         narrow = _narrow_link_warning("GPU", gid, gpu["pcie"])
         if narrow:
@@ -311,7 +404,8 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
         narrow = _narrow_link_warning("NIC", nic["id"], nic.get("pcie"))
         if narrow:
             warnings.append(narrow)
-        nics.append(dict(nic))
+        nics.append(dict(nic, gpu_links=_sysfs_nic_links(nic.get("gpu_links"), table)))
+    _merge_matrix_nics(nics, (smi_topo_part or {}).get("nics"), table, gpus)
 
     for node in nodes:
         node.setdefault("socket", None)
@@ -327,6 +421,8 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
                 "memory_mb": n.get("memory_mb"),
                 "distances": dict(n.get("distances") or {}),
                 "socket": n.get("socket"),
+                "kind": _node_kind(n, gpus),
+                "usable_cpus": n.get("usable_cpus"),
             }
             for n in nodes
         ],
@@ -341,7 +437,8 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
     return facts
 
 
-def gather(reader, pynvml=None, use_nvml=True, use_nvidia_smi=True, hostname=None, captured=False, record=False):
+def gather(reader, pynvml=None, use_nvml=True, use_nvidia_smi=True, hostname=None, captured=False, record=False,
+           cgroup_slice=sysfs.DEFAULT_SLICE):
     """Read every source through reader; return (facts, raw NVML record).
 
     pynvml: the imported NVML binding on a live host (None: none, or in
@@ -349,7 +446,7 @@ def gather(reader, pynvml=None, use_nvml=True, use_nvidia_smi=True, hostname=Non
     NVML did not list the GPUs and sysfs shows NVIDIA GPUs (or has no PCI
     data at all, as in a pasted matrix), unless record asks for everything.
     """
-    sys_part = sysfs.collect(reader)
+    sys_part = sysfs.collect(reader, sysfs.check_cgroup_slice(cgroup_slice))
     raw_nvml = None
     if use_nvml:
         raw_nvml = nvml.collect(pynvml) if pynvml is not None else reader.nvml()
@@ -376,7 +473,7 @@ def gather(reader, pynvml=None, use_nvml=True, use_nvidia_smi=True, hostname=Non
 
 
 def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi", pynvml=None,
-                use_nvml=True, record=False, hostname=None, timeout=COMMAND_TIMEOUT):
+                use_nvml=True, record=False, hostname=None, timeout=COMMAND_TIMEOUT, cgroup_slice=sysfs.DEFAULT_SLICE):
     """Facts of the running machine; with record=True also its capture.
 
     timeout: seconds each nvidia-smi call may run; one that does not
@@ -389,14 +486,15 @@ def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi
     hostname = hostname or socket.gethostname()
     if record:
         recorder = RecordingReader(reader, hostname=hostname)
-        facts, raw = gather(recorder, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname, record=True)
+        facts, raw = gather(recorder, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname, record=True,
+                            cgroup_slice=cgroup_slice)
         recorder.record_nvml(raw)
         return facts, recorder.capture
-    facts = gather(reader, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname)[0]
+    facts = gather(reader, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname, cgroup_slice=cgroup_slice)[0]
     return facts, None
 
 
-def facts_from_capture(capture, hostname=None, max_bytes=CAPTURE_MAX_BYTES):
+def facts_from_capture(capture, hostname=None, max_bytes=CAPTURE_MAX_BYTES, cgroup_slice=sysfs.DEFAULT_SLICE):
     """Facts from a capture (a dict, a file path or YAML/JSON text, or the
     plain output of nvidia-smi topo -m).
 
@@ -406,7 +504,7 @@ def facts_from_capture(capture, hostname=None, max_bytes=CAPTURE_MAX_BYTES):
     """
     data = load_capture(capture, max_bytes=max_bytes)
     reader = CaptureReader(data)
-    facts = gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
+    facts = gather(reader, hostname=hostname or data.get("hostname"), captured=True, cgroup_slice=cgroup_slice)[0]
     return facts
 
 
@@ -430,6 +528,11 @@ def summary(facts):
         memory = "unknown" if node["memory_mb"] is None else "%d MB" % node["memory_mb"]
         sock = "" if node["socket"] is None else " (socket %d)" % node["socket"]
         cpus = node["cpus"] if node["cpus"] else ("none (memory only)" if node["cpus"] == "" else "unknown")
+        if node.get("kind") == "gpu_memory":
+            cpus = "none (a GPU's memory)"
+        usable = node.get("usable_cpus")
+        if node["cpus"] and usable is not None and usable != node["cpus"]:
+            cpus += " (usable by services: %s)" % (usable or "none")
         lines.append("NUMA node %d%s: CPUs %s; memory %s" % (node["id"], sock, cpus, memory))
         for gpu in gpus:
             if gpu["numa_node"] == node["id"]:

@@ -444,6 +444,16 @@ class CaptureReader(Reader):
         return self.capture.get("nvml")
 
 
+def _status_cpu_lines(text):
+    """/proc/self/status as a capture keeps it: the Cpus_allowed lines only
+    (the rest names the process, its users and groups, and is not read)."""
+    return "".join(line for line in text.splitlines(True) if line.startswith("Cpus_allowed"))
+
+
+# Files recorded in part: path -> what of the text a capture keeps.
+_RECORD_FILTERS = {"/proc/self/status": _status_cpu_lines}
+
+
 class RecordingReader(Reader):
     """Wraps a reader and records every answer into self.capture."""
 
@@ -461,7 +471,7 @@ class RecordingReader(Reader):
     def read(self, path):
         value = self.inner.read(path)
         if value is not None:
-            self.capture["files"][path] = value
+            self.capture["files"][path] = _RECORD_FILTERS[path](value) if path in _RECORD_FILTERS else value
         return value
 
     def listdir(self, path):

@@ -24,9 +24,14 @@ import re
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOSTNAME_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _HAPROXY_DURATION = re.compile(r"[0-9]{1,9}(?:us|ms|s|m|h|d)?")
+_DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
+_HAPROXY_MAX_MS = 2147483647
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9_@+=:,./-]*")
 # useradd's default rule (NAME_REGEX): no leading digit or dash.
 _ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
+# Served model names as clients send them in the JSON "model" field and
+# the gateway matches them: Hugging Face ids (org/name), aliases with ':'.
+_SERVED_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+=~-]{0,199}")
 
 SHOW_LIMIT = 60
 
@@ -62,8 +67,9 @@ def integer(name, value, minimum=None, maximum=None):
     """An int (a string of digits from the command line counts); never a bool."""
     if isinstance(value, bool):
         fail(name, "must be an integer, not a boolean", value)
-    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,18}", value.strip()):
-        value = int(value.strip())
+    if isinstance(value, str):
+        # digits only: int() would forgive a sign, spaces or a newline
+        value = int(text(name, value, r"[0-9]{1,18}", "must be an integer"))
     if not isinstance(value, int):
         fail(name, "must be an integer", value)
     if minimum is not None and value < minimum:
@@ -83,7 +89,7 @@ def boolean(name, value):
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
-        word = value.strip().lower()
+        word = value.lower()
         if word in ("yes", "true", "on", "1"):
             return True
         if word in ("no", "false", "off", "0"):
@@ -134,14 +140,19 @@ def haproxy_duration(name, value):
     """An HAProxy time: digits with an optional unit (us, ms, s, m, h, d)."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
-    return text(name, value, _HAPROXY_DURATION,
-                "must be an HAProxy duration: digits and an optional unit us, ms, s, m, h or d")
+    text(name, value, _HAPROXY_DURATION,
+         "must be an HAProxy duration: digits and an optional unit us, ms, s, m, h or d")
+    digits = re.match(r"[0-9]+", value).group(0)
+    unit = value[len(digits):] or "ms"
+    if int(digits) * _DURATION_MS[unit] > _HAPROXY_MAX_MS:
+        fail(name, "must be at most 24d (HAProxy's limit is 2147483647 ms)", value)
+    return value
 
 
 def url_path(name, value, allow_empty=False):
     """An HTTP path: starts with '/', printable ASCII without spaces,
-    quotes, backslashes or '#'."""
-    return text(name, value, r"/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*",
+    quotes (HAProxy reads ' as quoting), backslashes or '#'."""
+    return text(name, value, r"/[A-Za-z0-9._~!$&()*+,;=:@%/?-]*",
                 "must be an HTTP path starting with '/' (no spaces, quotes or '#')",
                 allow_empty=allow_empty)
 
@@ -151,6 +162,38 @@ def account(name, value):
     return text(name, value, _ACCOUNT,
                 "must be a user or group name: lower case letters, digits, _ and -, "
                 "not starting with a digit or -, at most 31 characters")
+
+
+def served_model_name(name, value):
+    """A served model name (vLLM's --served-model-name, the OpenAI "model"
+    field): 1-200 of letters, digits and . _ : / @ + = ~ -, starting with a
+    letter or digit. No spaces, quotes, backslashes, '$' or '#', so it is
+    one word in a command line and in HAProxy's configuration."""
+    return text(name, value, _SERVED_MODEL_NAME,
+                "must be a served model name: 1-200 letters, digits and . _ : / @ + = ~ -, "
+                "starting with a letter or digit (no spaces, quotes or backslashes)", max_length=200)
+
+
+def is_loopback(value):
+    """True for a loopback IP address (127.0.0.0/8, ::1) or 'localhost'."""
+    if value in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(value).is_loopback
+    except ValueError:
+        return False
+
+
+def secret(name, value, minimum=1, maximum=512):
+    """A secret such as an API key: `minimum`-`maximum` printable ASCII
+    characters (spaces inside only; quotes and backslashes are for the
+    writer to quote). The message never shows the value, only the variable
+    and the rule."""
+    if (not isinstance(value, str) or not minimum <= len(value) <= maximum
+            or not re.fullmatch(r"[!-~](?:[ -~]*[!-~])?", value)):
+        raise ValueError("%s: must be %d-%d printable ASCII characters, not starting or ending with a space "
+                         "(value hidden)" % (name, minimum, maximum))
+    return value
 
 
 def command_word(name, value):

@@ -98,6 +98,11 @@ _CPULIST = r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*"
 _VERSION = r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}"
 _PACKAGE = r"[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}"
 _PROGRAM = r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,254}"
+# A Hugging Face Hub repository id (huggingface_hub's validate_repo_id):
+# NAME or ORG/NAME of [A-Za-z0-9_.-], no '--' or '..', not starting or
+# ending with '-' or '.'.
+_HUB_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
+_HUB_ID = r"%s(?:/%s)?" % (_HUB_PART, _HUB_PART)
 
 # Role variables this module reads, with the check each passes.
 PATH_VARIABLES = ("vllm_state_dir", "vllm_hf_home", "vllm_cache_dir", "vllm_config_dir", "vllm_unit_dir",
@@ -185,6 +190,16 @@ def check_variables(variables):
     out["vllm_group"] = vc.account("vllm_group", v.get("vllm_group", "vllm"))
     for name in ("vllm_api_key", "vllm_hf_token"):
         _secret(name, v.get(name, ""))
+    out["vllm_allow_unauthenticated"] = vc.boolean("vllm_allow_unauthenticated",
+                                                   v.get("vllm_allow_unauthenticated", False))
+    # Anything that listens beyond loopback needs a key (vLLM checks it on /v1/*).
+    api_key = v.get("vllm_api_key", "")
+    if (api_key is None or api_key == "") and not vc.is_loopback(out["vllm_listen_host"]) \
+            and not out["vllm_allow_unauthenticated"]:
+        raise ValueError(
+            "vllm_api_key: is required when vllm_listen_host is not a loopback address (got %s): set it "
+            "(from a vault; the gateway passes it on), listen on 127.0.0.1, or set "
+            "vllm_allow_unauthenticated: true to let anyone who reaches the port in" % out["vllm_listen_host"])
     out["vllm_version"] = vc.text("vllm_version", v.get("vllm_version", "0.33.0"), _VERSION,
                                   "must be a version of [0-9A-Za-z.+!_-]")
     out["vllm_python"] = vc.command_word(
@@ -197,6 +212,7 @@ def check_variables(variables):
     out["vllm_manage_user"] = vc.boolean("vllm_manage_user", v.get("vllm_manage_user", True))
     out["manage_service"] = _manage_service(v.get("vllm_manage_service", "auto"), v.get("service_mgr", ""))
     out["vllm_hardening_strict"] = vc.boolean("vllm_hardening_strict", v.get("vllm_hardening_strict", False))
+    out.update(check_download_variables(v))
 
     # name: (role default, least value)
     ints = {"vllm_engine_ready_timeout": (600, 1), "vllm_shutdown_timeout": (30, 0), "vllm_restart_sec": (10, 0),
@@ -236,6 +252,9 @@ def check_variables(variables):
             vc.fail("vllm_environment key", "must not set what the role sets (%s)"
                     % ", ".join(RESERVED_ENVIRONMENT), key)
         environment[key] = _scalar_text("vllm_environment.%s" % key, value)
+    if out["vllm_download_weights"] and model_source(out["vllm_model"]) == "hub" and "HF_HUB_OFFLINE" in environment:
+        vc.fail("vllm_environment key", "must not set HF_HUB_OFFLINE while vllm_download_weights is true "
+                "(the role sets it once the weights are local)", "HF_HUB_OFFLINE")
     out["vllm_environment"] = environment
 
     hardening = []
@@ -409,7 +428,7 @@ def instance_unit(inst, v, inventory_host="this host"):
         ["VLLM_CACHE_ROOT", v["vllm_cache_dir"] + "/vllm"],
         ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
         ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
-    ] + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
+    ] + offline_environment(v) + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
     url = health_url(v["vllm_listen_host"], inst["port"])
     # [prefix, argv]: `-` ignores a failure (a host without the program),
     # `+` runs it with full privileges, outside the sandbox.
@@ -482,6 +501,90 @@ def check_executables(executables, existing, host):
                              % (entry["variable"], entry["path"], host, hint))
 
 
+# --- model weights before start -------------------------------------------
+
+def check_download_variables(v):
+    """vllm_download_*, checked (the role's defaults where absent)."""
+    out = {"vllm_download_weights": vc.boolean("vllm_download_weights", v.get("vllm_download_weights", True))}
+    python = v.get("vllm_download_python") or ""
+    out["vllm_download_python"] = vc.absolute_path(
+        "vllm_download_python", python, allow_empty=True) or vc.absolute_path(
+            "vllm_venv", v.get("vllm_venv")) + "/bin/python"
+    out["vllm_download_timeout"] = vc.integer("vllm_download_timeout", v.get("vllm_download_timeout", 14400),
+                                              1, 10 ** 7)
+    out["vllm_download_poll"] = vc.integer("vllm_download_poll", v.get("vllm_download_poll", 10), 1, 3600)
+    out["vllm_download_ignore_patterns"] = [
+        vc.text("vllm_download_ignore_patterns[%d]" % i, p, r"[^\s].{0,254}", "must be a glob on one line")
+        for i, p in enumerate(_list("vllm_download_ignore_patterns",
+                                    v.get("vllm_download_ignore_patterns", ["original/*"])))]
+    return out
+
+
+def model_source(model):
+    """Where vLLM takes the model from: "path" (an absolute path on the host),
+    "hub" (a Hugging Face Hub repository id, ORG/NAME) or "other" (anything
+    else: vLLM would try it as a path relative to its working directory)."""
+    if model.startswith("/"):
+        return "path"
+    if re.fullmatch(_HUB_ID, model):
+        return "hub"
+    return "other"
+
+
+def hub_cache_folder(hf_home, model):
+    """The folder huggingface_hub caches a model repository in:
+    HF_HOME/hub/models--ORG--NAME."""
+    return "%s/hub/models--%s" % (hf_home, model.replace("/", "--"))
+
+
+def offline_environment(v):
+    """HF_HUB_OFFLINE=1 when the role downloads the weights before start:
+    the units then load them from HF_HOME and never reach the Hub."""
+    if v["vllm_download_weights"] and model_source(v["vllm_model"]) == "hub":
+        return [["HF_HUB_OFFLINE", "1"]]
+    return []
+
+
+def download_plan(v, existing, install, host):
+    """Whether the role downloads vllm_model into vllm_hf_home before any
+    unit starts, and with what (existing: path -> find result on the host,
+    None when unknown). A model that is an absolute path, or whose cache
+    already has a snapshot folder (downloaded, or seeded by hand), is not
+    downloaded."""
+    model = v["vllm_model"]
+    source = model_source(model)
+    folder = hub_cache_folder(v["vllm_hf_home"], model) if source == "hub" else ""
+    plan = {"needed": False, "model": model, "hf_home": v["vllm_hf_home"], "folder": folder,
+            "snapshots": folder + "/snapshots" if folder else "", "python": v["vllm_download_python"],
+            "timeout": v["vllm_download_timeout"], "poll": v["vllm_download_poll"],
+            "ignore_patterns": v["vllm_download_ignore_patterns"], "reason": ""}
+    if not v["vllm_download_weights"]:
+        plan["reason"] = "vllm_download_weights is false"
+        return plan
+    if source == "path":
+        plan["reason"] = "the model is a local path"
+        return plan
+    if source == "other":
+        vc.fail("vllm_model", "must be a Hugging Face repository id (ORG/NAME) or an absolute path while "
+                "vllm_download_weights is true (set it false to pass the model to vLLM as it is)", model)
+    prefix = plan["snapshots"] + "/"
+    cached = sorted(path for path, entry in (existing or {}).items()
+                    if path.startswith(prefix) and "/" not in path[len(prefix):]
+                    and (entry.get("isdir") or entry.get("islnk")))
+    if cached:
+        plan["reason"] = "already in the cache (%s)" % cached[-1]
+        return plan
+    plan["needed"] = True
+    plan["reason"] = "not in %s yet" % plan["snapshots"]
+    if not install and existing is not None and not _is_executable(existing.get(plan["python"])):
+        raise ValueError(
+            "vllm_download_python: %s does not exist or is not executable on %s, and %s is not in %s: "
+            "the role does not install vLLM here (vllm_executable or vllm_install false), so point "
+            "vllm_download_python at a Python with huggingface_hub, put a snapshot of the model there, or "
+            "set vllm_download_weights: false" % (plan["python"], host, model, plan["snapshots"]))
+    return plan
+
+
 def _as_planned(entry, kind, mode=None, owner=None, group=None):
     """Whether what find saw already has the kind, mode and owner the role would give it."""
     if not entry or not entry.get(kind):
@@ -533,6 +636,7 @@ def host_units(instances, variables):
     existing = _index(variables.get("existing"))
     if existing is not None and not install:
         check_executables(executables, existing, variables.get("host", "this host"))
+    download = download_plan(v, existing, install, variables.get("host", "this host"))
     # With `existing` (what find saw on the host), mark what already matches:
     # the role then skips it, unless the rendered content differs (files).
     existing = existing or {}
@@ -562,6 +666,7 @@ def host_units(instances, variables):
         "checker": checker,
         "helpers": helpers,
         "install": install,
+        "download": download,
         "manage_service": v["manage_service"],
         "variables": v,
     }

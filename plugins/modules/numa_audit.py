@@ -386,6 +386,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.nvml import import_pynvml
 from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import C_LOCALE
 
@@ -399,14 +400,6 @@ ARGUMENT_SPEC = dict(
     memory_threshold=dict(type="int", default=audit.DEFAULT_MEMORY_THRESHOLD),
     fail_on_severity=dict(type="str", default="none", choices=["none"] + list(audit.SEVERITIES)),
 )
-
-
-def _import_pynvml():
-    try:
-        import pynvml  # from nvidia-ml-py; optional
-    except Exception:  # a broken binding must not fail the audit
-        return None
-    return pynvml
 
 
 def main():
@@ -426,7 +419,7 @@ def main():
             return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
         return module.get_bin_path(name)
 
-    pynvml = _import_pynvml() if params["nvml"] else None
+    pynvml = import_pynvml() if params["nvml"] else None
     try:
         facts, processes, capture = audit_gather.gather_live(
             root=params["root"], runner=runner, which=which, nvidia_smi_binary=params["nvidia_smi"],

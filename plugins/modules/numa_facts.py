@@ -81,6 +81,18 @@ options:
         is set). A missing binary is not an error.
     type: str
     default: nvidia-smi
+  cgroup_slice:
+    description:
+      - The cgroup (a path below C(/sys/fs/cgroup), cgroup v2) the services
+        run in. Its C(cpuset.cpus.effective), else the one of the cgroup root
+        this host shows (an LXC container's or a pod's own root), limits the
+        CPUs reported as C(usable_cpus); so do this module's own
+        C(Cpus_allowed_list) (C(/proc/self/status)) and the isolated CPUs
+        (C(/sys/devices/system/cpu/isolated), C(isolcpus=)).
+      - A path of C([A-Za-z0-9_@+=:,./-]) without C(..) parts.
+      - Used on replay too (O(capture)), where the capture holds that file.
+    type: str
+    default: system.slice
   nvidia_smi_timeout:
     description:
       - Seconds each C(nvidia-smi) call may run. One that does not answer in
@@ -106,6 +118,14 @@ notes:
     come from the PCI tree only.
   - A GPU whose NUMA node no source can tell gets C(numa_node=null) and a
     warning, never a made-up 0.
+  - NUMA nodes without CPUs (Grace Hopper's GPU memory, CXL memory
+    expanders) have C(cpus="") and C(kind=memory) or C(kind=gpu_memory);
+    a GPU's own memory node is its C(memory_numa_node), never its
+    C(numa_node).
+  - In a container, under a systemd C(AllowedCPUs=) slice or with
+    C(isolcpus=), C(usable_cpus) holds the CPUs services may use; placement
+    hands out only those. A capture keeps only the C(Cpus_allowed) lines of
+    C(/proc/self/status).
   - Every entry of C(numa_topology.warnings) is also shown as an Ansible warning.
   - Facts gathering never reports C(changed).
 seealso:
@@ -209,6 +229,19 @@ ansible_facts:
               description: Socket of the node's CPUs; null when unknown.
               type: int
               sample: 0
+            kind:
+              description: >-
+                cpu (the node has CPUs), memory (no CPUs - CXL memory, HBM, an empty placeholder node), gpu_memory
+                (no CPUs, and a GPU names it as its own memory - Grace Hopper/Blackwell); null when the CPUs are unknown.
+              type: str
+              sample: cpu
+            usable_cpus:
+              description: >-
+                The node's CPUs that services may use - those in the cgroup cpuset of O(cgroup_slice) (else the cgroup
+                root's), in this module's Cpus_allowed_list and not isolated; a warning names what is left out. Null
+                when none of those files could be read.
+              type: str
+              sample: "0-15,64-79"
         smt_siblings:
           description: One list of hardware threads per physical core; empty when unknown.
           type: list
@@ -253,6 +286,12 @@ ansible_facts:
               description: CPUs local to the GPU as a cpulist; null when unknown.
               type: str
               sample: "0-31,64-95"
+            memory_numa_node:
+              description: >-
+                The NUMA node of the GPU's own memory (a node without CPUs; C(nvidia-smi topo -m) "GPU NUMA ID", or
+                the node sysfs puts the GPU on when that node has no CPUs); null on GPUs whose memory is no NUMA node.
+              type: int
+              sample: 1
             memory_mb:
               description: GPU memory in MiB; null when unknown.
               type: int
@@ -288,11 +327,11 @@ ansible_facts:
           returned: always
           contains:
             id:
-              description: PCI bus id.
+              description: PCI bus id; C(NIC<n>) for a NIC known only from an C(nvidia-smi topo -m) column.
               type: str
               sample: "0000:0c:00.0"
             pci_bus_id:
-              description: PCI bus id.
+              description: PCI bus id; null when unknown.
               type: str
               sample: "0000:0c:00.0"
             vendor:
@@ -316,6 +355,12 @@ ansible_facts:
               description: PCIe link, as for GPUs.
               type: dict
               sample: {current_speed: "16.0 GT/s PCIe", max_speed: "16.0 GT/s PCIe", current_width: 16, max_width: 16}
+            gpu_links:
+              description: >-
+                GPU id to the NIC's link class (PIX, PXB, PHB, NODE, SYS), as the NIC columns of
+                C(nvidia-smi topo -m) give it - from the PCI tree, that column overriding it; empty when unknown.
+              type: dict
+              sample: {"0000:1a:00.0": PIX}
         links:
           description: >-
             GPU pair to link class (NV<n>, XGMI<n>, PIX, PXB, PHB, NODE, SYS), keyed by GPU id in both
@@ -351,6 +396,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.nvml import import_pynvml
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather_live, summary
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
     CAPTURE_MAX_BYTES,
@@ -365,15 +411,8 @@ ARGUMENT_SPEC = dict(
     nvml=dict(type="bool", default=True),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
     nvidia_smi_timeout=dict(type="int", default=COMMAND_TIMEOUT),
+    cgroup_slice=dict(type="str", default="system.slice"),
 )
-
-
-def _import_pynvml():
-    try:
-        import pynvml  # from nvidia-ml-py; optional
-    except Exception:  # a broken binding must not fail fact gathering
-        return None
-    return pynvml
 
 
 def main():
@@ -393,12 +432,12 @@ def main():
             return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
         return module.get_bin_path(name)
 
-    pynvml = _import_pynvml() if params["nvml"] else None
+    pynvml = import_pynvml() if params["nvml"] else None
     try:
         facts, capture = gather_live(
             root=params["root"], which=which, nvidia_smi_binary=params["nvidia_smi"],
             pynvml=pynvml, use_nvml=params["nvml"], record=params["record"],
-            timeout=params["nvidia_smi_timeout"],
+            timeout=params["nvidia_smi_timeout"], cgroup_slice=params["cgroup_slice"],
         )
     except ValueError as exc:
         module.fail_json(msg="numa_facts: %s" % exc)

@@ -228,9 +228,10 @@ def wait_for_health(processes, name, address, port, timeout=15.0):
     wait_until(healthy, timeout, what="%s on %s:%d/health" % (name, address, port))
 
 
-def haproxy_server_states(address, port, uri="/stats"):
-    """{server name: status} of every server of backend vllm, from HAProxy's
-    statistics page in CSV form."""
+def haproxy_server_states(address, port, uri="/stats", backend=None):
+    """{server name: status} of every server of every backend (one per
+    served model), or of BACKEND only, from HAProxy's statistics page in
+    CSV form."""
     status, dummy, body = http_request(address, port, "GET", uri + ";csv", timeout=2.0)
     if status != 200:
         raise AssertionError("statistics page answered %d" % status)
@@ -239,7 +240,9 @@ def haproxy_server_states(address, port, uri="/stats"):
     states = {}
     for line in lines[1:]:
         row = dict(zip(header, line.split(",")))
-        if row.get("pxname") == "vllm" and row.get("svname") not in ("FRONTEND", "BACKEND"):
+        if row.get("pxname") in ("stats", "vllm_api") or (backend is not None and row.get("pxname") != backend):
+            continue
+        if row.get("svname") not in ("FRONTEND", "BACKEND"):
             states[row["svname"]] = row["status"]
     return states
 

@@ -37,6 +37,9 @@ def fleet(tmp_path_factory):
     hosts = yaml.safe_load((REPO / "inventories" / "demo" / "hosts.yml").read_text())
     # per-host settings: the a6000 runs TP 2 while the fleet runs TP 4
     hosts["all"]["children"]["gpu_servers"]["hosts"]["demo-a6000-nvlink"]["gpufleet_tp_size"] = 2
+    # and serves another model than the rest of the fleet
+    hosts["all"]["children"]["gpu_servers"]["hosts"]["demo-a6000-nvlink"].update(
+        vllm_model="Qwen/Qwen2.5-7B-Instruct", vllm_served_model_name="qwen2.5-7b")
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
     dead = copy.deepcopy(hosts)
     dead["all"]["children"]["gpu_servers"]["hosts"]["dead-host"] = {
@@ -64,6 +67,15 @@ def backends(fleet):
     return sorted(re.findall(r"^\s*server (\S+) ", config, re.M))
 
 
+def models(fleet):
+    """{HAProxy backend: sorted server names} of the gateway's configuration."""
+    config = (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text()
+    found = {}
+    for section in re.split(r"\n(?=backend )", config)[1:]:
+        found[section.split()[1]] = sorted(re.findall(r"^\s*server (\S+) ", section, re.M))
+    return found
+
+
 def kept_plan(fleet):
     return json.loads((fleet["staging"] / "gpufleet-plan.json").read_text())
 
@@ -74,10 +86,17 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     full = backends(fleet)
     assert len(full) == 8 and kept_plan(fleet)["totals"]["instances"] == 8
     assert kept_plan(fleet)["hosts"]["demo-a6000-nvlink"]["options"]["tp_size"] == 2
+    # One backend per served model: the a6000's instances serve qwen2.5-7b.
+    assert sorted(models(fleet)) == ["model-llama-3.1-70b", "model-qwen2.5-7b"]
+    assert all(name.startswith("demo-a6000-nvlink-") for name in models(fleet)["model-qwen2.5-7b"])
+    assert len(models(fleet)["model-qwen2.5-7b"]) == 4
 
     # --limit one GPU server and the gateway, with another TP size: only that
     # server is re-planned, the gateway keeps every other server's backends.
-    out = deploy(fleet, "-l", "demo-h100-nvswitch,demo-gateway", "-e", "gpufleet_tp_size=2")
+    # The served name given on the command line applies to the hosts of the
+    # run only: the kept a6000 keeps the model its plan recorded.
+    out = deploy(fleet, "-l", "demo-h100-nvswitch,demo-gateway", "-e", "gpufleet_tp_size=2",
+                 "-e", "vllm_served_model_name=llama-3.1-70b")
     assert "re-planned: demo-h100-nvswitch" in out
     assert "kept from %s: demo-a6000-nvlink, demo-rtx4090-pcie" % (fleet["staging"] / "gpufleet-plan.json") in out
     after = backends(fleet)
@@ -85,6 +104,10 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     assert [b for b in after if "h100" not in b] == [b for b in full if "h100" not in b]
     plan = kept_plan(fleet)
     assert [len(i["gpus"]) for i in plan["instances"] if i["host"] == "demo-h100-nvswitch"] == [2, 2, 2, 2]
+    assert set((i["host"], i["served_model_name"]) for i in plan["instances"]) == {
+        ("demo-a6000-nvlink", "qwen2.5-7b"), ("demo-h100-nvswitch", "llama-3.1-70b"),
+        ("demo-rtx4090-pcie", "llama-3.1-70b")}
+    assert len(models(fleet)["model-qwen2.5-7b"]) == 4 and len(models(fleet)["model-llama-3.1-70b"]) == 6
 
     # The gateway alone deploys from the kept plan.
     deploy(fleet, "-l", "gateways")
@@ -107,3 +130,13 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     out = deploy(fleet, "-e", "gpufleet_pp_size=0", rc=2)
     assert "gpufleet_pp_size: must be at least 1 (got 0)" in out
     assert (fleet["staging"] / "gpufleet-plan.json").read_text() == before
+
+    # One served name for two models: the run stops before anything changes,
+    # naming both hosts and the variable.
+    config = (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text()
+    out = deploy(fleet, "-e", "vllm_served_model_name=shared", rc=2)
+    assert re.search(r"vllm_served_model_name: hosts demo-\S+ and demo-\S+ both serve the name shared "
+                     r"but with different models", out), out[-3000:]
+    assert "demo-a6000-nvlink" in out.split("both serve the name shared", maxsplit=1)[0][-80:]
+    assert (fleet["staging"] / "gpufleet-plan.json").read_text() == before
+    assert (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text() == config

@@ -76,6 +76,10 @@ PLAYBOOK = """\
           {{ plan | gpufleet.numa.gateway_backends(addresses=dict(groups['gpu_servers']
                | zip(groups['gpu_servers'] | map('extract', hostvars)
                      | map(attribute='vllm_listen_host', default='')))) }}
+        gateway_backend_api_keys: >-
+          {{ plan | gpufleet.numa.gateway_api_keys(api_keys=dict(groups['gpu_servers']
+               | zip(groups['gpu_servers'] | map('extract', hostvars)
+                     | map(attribute='vllm_api_key', default='')))) }}
 """
 
 
@@ -93,6 +97,8 @@ def load_plan(addresses):
         raise RuntimeError("no free port range found on %s" % sorted(addresses.values()))
     for instance in plan["instances"]:
         instance["port"] += offset
+        # What fleet_plan_by_host records from the hosts' vllm_* variables.
+        instance.update(model=MODEL, served_model_name=SERVED_NAME)
     return plan
 
 
@@ -122,6 +128,7 @@ def inventory(staging, addresses, gateway, binding):
                     "vllm_numactl": NUMACTL,
                     "vllm_install": False,
                     "vllm_executable": str(STUB),
+                    "vllm_download_weights": False,
                     "vllm_manage_user": False,
                     "vllm_user": user,
                     "vllm_group": group,
@@ -137,6 +144,9 @@ def inventory(staging, addresses, gateway, binding):
                     "gateway_manage_service": False,
                     "gateway_config_path": str(staging / "gateway" / "etc" / "haproxy" / "haproxy.cfg"),
                     "gateway_listen_address": "127.0.0.1",
+                    # Clients and instances take the same key here; the gateway
+                    # checks it, then sends the instances' own key on.
+                    "gateway_api_key": API_KEY,
                     "gateway_listen_port": gateway["port"],
                     "gateway_stats_port": gateway["stats_port"],
                     "gateway_haproxy": HAPROXY,
@@ -310,7 +320,7 @@ def test_gateway_streams_server_sent_events(fleet):
     assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == "stub0 stub1 stub2 stub3"
 
 
-def test_gateway_passes_the_api_key_check_through(fleet):
+def test_gateway_checks_the_key_and_sends_the_instances_key_on(fleet):
     status, dummy, body = completion(fleet["gateway"], key=None)
     assert status == 401, body
     status, dummy, dummy = completion(fleet["gateway"], key="wrong")
@@ -328,8 +338,10 @@ def test_gateway_reload_keeps_open_streams_and_serves_throughout(fleet):
     gateway, processes = fleet["gateway"], fleet["processes"]
     fleet["render_gateway_again"]("gateway_monitor_uri=/gateway/ready")
     assert "    monitor-uri /gateway/ready\n" in fleet["config"].read_text()
-    # Until the reload the running HAProxy forwards that path to a backend.
-    assert http_request(gateway["address"], gateway["port"], "GET", "/gateway/ready")[0] == 404
+    # Until the reload the running HAProxy forwards that path to a backend
+    # (past the key check: every path but /health and the monitor URI).
+    assert http_request(gateway["address"], gateway["port"], "GET", "/gateway/ready",
+                        headers={"Authorization": "Bearer " + API_KEY})[0] == 404
 
     tokens = 12
     connection = http.client.HTTPConnection(gateway["address"], gateway["port"], timeout=10)

@@ -14,10 +14,12 @@ test. Rendered files are compared with golden files under golden/gateway/;
 set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 """
 
+import hashlib
 import ipaddress
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -33,11 +35,21 @@ HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 
 # Three instances on two hosts, as the deploy playbook builds them from a
 # plan of a dual-socket TP4 host and a single-socket host.
+# gpu-a serves one model, gpu-b another.
+LLAMA = "meta-llama/Llama-3.1-70B-Instruct"
+QWEN = "Qwen/Qwen2.5-7B-Instruct"
+LLAMA_BACKEND = "model-meta-llama_Llama-3.1-70B-Instruct"
 BACKENDS = [
-    {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.20.0.11", "port": 8000},
-    {"name": "gpu-a-vllm-1", "host": "gpu-a", "address": "10.20.0.11", "port": 8001},
-    {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00:20::12", "port": 8000},
+    {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.20.0.11", "port": 8000, "model": LLAMA},
+    {"name": "gpu-a-vllm-1", "host": "gpu-a", "address": "10.20.0.11", "port": 8001, "model": LLAMA},
+    {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00:20::12", "port": 8000, "model": QWEN},
 ]
+# Secrets: none may appear in ansible-playbook's output; the gateway key
+# not even in the configuration (only its digest).
+GATEWAY_KEY = "gw-k3y#$HOME-0123456789"
+BACKEND_KEY = 'sk-qwen "k3y" $HOME \\ #x \'q\''
+# BACKEND_KEY as one double-quoted HAProxy word.
+BACKEND_KEY_WORD = '"Bearer sk-qwen \\"k3y\\" \\$HOME \\\\ #x \'q\'"'
 
 # What an unprivileged run into a staging directory needs.
 STAGING = {
@@ -220,8 +232,35 @@ REJECTED = {
         {"gateway_backends": [BACKENDS[0], dict(BACKENDS[0], name="other")]},
         ["gateway_backends[1]: address and port must be unique", "10.20.0.11:8000"]),
     "missing_port": (
-        {"gateway_backends": [{"name": "gpu-a-vllm-0", "address": "10.20.0.11"}]},
+        {"gateway_backends": [{"name": "gpu-a-vllm-0", "address": "10.20.0.11", "model": LLAMA}]},
         ["missing required arguments: port"]),
+    "missing_model": (
+        {"gateway_backends": [{"name": "gpu-a-vllm-0", "address": "10.20.0.11", "port": 8000}]},
+        ["missing required arguments: model"]),
+    "model_with_quote": (
+        {"gateway_backends": [dict(BACKENDS[0], model="llama' if TRUE"), BACKENDS[2]]},
+        ["gateway_backends[0].model: must be a served model name"]),
+    "model_with_newline": (
+        {"gateway_backends": [dict(BACKENDS[0], model="llama\n    bind :2222")]},
+        ["gateway_backends[0].model: must not contain control characters"]),
+    "wrong_backend_name": (
+        {"gateway_backends": [dict(BACKENDS[0], backend="vllm")]},
+        ["gateway_backends[0].backend: must be %s, the backend of model %s" % (LLAMA_BACKEND, LLAMA)]),
+    # Beyond loopback without a key; keys that break their rule.
+    "no_key_beyond_loopback": (
+        {"gateway_listen_address": "0.0.0.0"},
+        ["gateway_api_key: is required when the gateway listens beyond loopback (gateway_listen_address 0.0.0.0)"]),
+    "short_key": ({"gateway_api_key": "sk-1"}, ["gateway_api_key: must be 16-512 printable ASCII", "(value hidden)"]),
+    "key_with_newline": ({"gateway_api_key": GATEWAY_KEY + "\n    bind :2222"}, ["gateway_api_key: must be 16-512"]),
+    "backend_key_with_newline": (
+        {"gateway_backend_api_keys": {QWEN: BACKEND_KEY + "\n    server evil 6.6.6.6:80"}},
+        ["gateway_backend_api_keys[%s]: must be 1-512 printable ASCII" % QWEN, "(value hidden)"]),
+    "backend_key_unknown_model": (
+        {"gateway_backend_api_keys": {"other": BACKEND_KEY}},
+        ["gateway_backend_api_keys: names a model no backend serves"]),
+    "tls_relative": ({"gateway_tls_certificate": "gateway.pem"}, ["gateway_tls_certificate: must be an absolute path"]),
+    "tls_words": ({"gateway_tls_certificate": "/etc/ssl/gw.pem verify none"},
+                  ["gateway_tls_certificate: must be an absolute path"]),
     "listen_port_zero": ({"gateway_listen_port": 0}, ["gateway_listen_port: must be at least 1 (got 0)"]),
     "stats_port_is_listen_port": (
         {"gateway_listen_port": 18080, "gateway_stats_port": 18080},
@@ -265,16 +304,33 @@ def examples(tmp_path_factory):
         configs[name] = tmp_path / name / "haproxy.cfg"
         return str(configs[name])
 
+    certificate = tmp_path / "gateway.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-keyout", str(certificate), "-out", str(certificate)],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
     cases = {
         "staging": dict(STAGING, gateway_config_path=config("staging"), gateway_backends=BACKENDS,
                         gateway_listen_port=18080, gateway_stats_port=18404),
-        # Distribution defaults (haproxy user, chroot, admin socket, syslog),
-        # only the path moved so the test needs no root.
+        # Distribution defaults (haproxy user, chroot, admin socket, syslog,
+        # every address, so a key), only the path moved so the test needs no root.
         "defaults": {"gateway_install": False, "gateway_manage_service": False,
-                     "gateway_config_path": config("defaults"), "gateway_backends": BACKENDS},
+                     "gateway_config_path": config("defaults"), "gateway_backends": BACKENDS,
+                     "gateway_api_key": GATEWAY_KEY},
+        # Every address, a key, a key for one model's instances, TLS.
+        "secured": dict(STAGING, gateway_config_path=config("secured"), gateway_backends=BACKENDS,
+                        gateway_listen_address="0.0.0.0", gateway_api_key=GATEWAY_KEY,
+                        gateway_backend_api_keys={QWEN: BACKEND_KEY}, gateway_tls_certificate=str(certificate)),
+        "allow_unauthenticated": dict(STAGING, gateway_config_path=config("allow_unauthenticated"),
+                                      gateway_backends=BACKENDS, gateway_listen_address="0.0.0.0",
+                                      gateway_allow_unauthenticated=True),
+        "one_model": dict(STAGING, gateway_config_path=config("one_model"), gateway_backends=BACKENDS[:2]),
+        # HAProxy judges the certificate file: a missing one is its message.
+        "tls_missing_file": dict(STAGING, gateway_config_path=config("tls_missing_file"), gateway_backends=BACKENDS,
+                                 gateway_tls_certificate=str(tmp_path / "missing.pem")),
         "admin_socket_group": {"gateway_install": False, "gateway_manage_service": False,
                                "gateway_config_path": config("admin_socket_group"),
-                               "gateway_backends": BACKENDS, "gateway_admin_socket_group": "root"},
+                               "gateway_backends": BACKENDS, "gateway_admin_socket_group": "root",
+                               "gateway_api_key": GATEWAY_KEY},
         "foreign_config": dict(STAGING, gateway_config_path=config("foreign_config"), gateway_backends=BACKENDS),
         # A value only HAProxy can judge (the user must exist): its own
         # message comes back, and the previous file stays.
@@ -297,7 +353,7 @@ def examples(tmp_path_factory):
     outcomes, output = run_cases(tmp_path, cases)
     staging_text = configs["staging"].read_text() if configs["staging"].exists() else None
     return {"tmp_path": tmp_path, "configs": configs, "outcomes": outcomes, "output": output,
-            "staging_text": staging_text}
+            "staging_text": staging_text, "certificate": certificate}
 
 
 @pytest.fixture(scope="module")
@@ -360,6 +416,67 @@ def test_gateway_role_replays_requests_an_instance_dropped(examples):
     assert "    option redispatch\n" in defaults
 
 
+def section(text, header):
+    """The lines of one section of a configuration, up to the next blank line."""
+    return text.split("\n" + header + "\n", 1)[1].split("\n\n", 1)[0]
+
+
+def test_gateway_role_routes_each_model_to_its_own_backend(examples):
+    text = examples["configs"]["staging"].read_text()
+    assert ("    use_backend %s if { var(txn.model) -m str '%s' }\n" % (LLAMA_BACKEND, LLAMA)) in text
+    assert ("    use_backend model-Qwen_Qwen2.5-7B-Instruct if { var(txn.model) -m str '%s' }\n" % QWEN) in text
+    sections = [line for line in text.splitlines() if line.startswith("backend ")]
+    assert sections == ["backend " + LLAMA_BACKEND, "backend model-Qwen_Qwen2.5-7B-Instruct"]
+    # Each server in its model's backend.
+    llama = section(text, "backend " + LLAMA_BACKEND)
+    assert "server gpu-a-vllm-0 " in llama and "server gpu-a-vllm-1 " in llama and "gpu-b" not in llama
+    # Several models: a request naming none is refused, not guessed.
+    assert "default_backend" not in text and "return status 400" in text
+    models = json.loads(re.search(r"string '(\{\"data\".*?)' if \{ path /v1/models \}", text).group(1))
+    assert [m["id"] for m in models["data"]] == [LLAMA, QWEN] and models["object"] == "list"
+
+
+def test_gateway_role_one_model_takes_requests_that_name_none(examples):
+    assert_accepted(examples["outcomes"]["one_model"])
+    config = examples["configs"]["one_model"]
+    text = config.read_text()
+    assert "    default_backend %s\n" % LLAMA_BACKEND in text and "return status 400" not in text
+    assert haproxy_check(config).returncode == 0
+
+
+def test_gateway_role_secured_config(examples):
+    """TLS on the bind line, the gateway key as a digest only, the backend
+    key in its model's backend only, the file 0640, no secret in the output."""
+    assert_accepted(examples["outcomes"]["secured"])
+    config = examples["configs"]["secured"]
+    text = config.read_text()
+    assert "    bind 0.0.0.0:8080 ssl crt %s\n" % examples["certificate"] in text
+    digest = hashlib.sha256(("Bearer " + GATEWAY_KEY).encode()).hexdigest().upper()
+    assert "req.fhdr(authorization),sha2(256),hex -m str %s }" % digest in text
+    assert GATEWAY_KEY not in text
+    qwen = section(text, "backend model-Qwen_Qwen2.5-7B-Instruct")
+    assert "    http-request set-header Authorization %s\n" % BACKEND_KEY_WORD in qwen
+    assert text.count(BACKEND_KEY_WORD) == 1
+    llama = section(text, "backend " + LLAMA_BACKEND)
+    assert "    http-request del-header Authorization\n" in llama
+    assert oct(config.stat().st_mode & 0o777) == "0o640"
+    check = haproxy_check(config)
+    assert check.returncode == 0, check.stdout
+    for secret in (GATEWAY_KEY, BACKEND_KEY, "gw-k3y", "sk-qwen"):
+        assert secret not in examples["output"]
+
+
+def test_gateway_role_allow_unauthenticated_opens_the_gateway(examples):
+    assert_accepted(examples["outcomes"]["allow_unauthenticated"])
+    text = examples["configs"]["allow_unauthenticated"].read_text()
+    assert "    bind 0.0.0.0:8080\n" in text and "status 401" not in text
+
+
+def test_gateway_role_missing_certificate_is_haproxys_message(examples):
+    assert_rejected(examples["outcomes"]["tls_missing_file"], "haproxy.cfg was not written", "missing.pem")
+    assert not examples["configs"]["tls_missing_file"].exists()
+
+
 def test_gateway_role_admin_socket_is_private_by_default(examples):
     """The runtime API can drain servers and change weights: mode 0600
     unless a group is named."""
@@ -413,6 +530,8 @@ def test_gateway_role_missing_haproxy_binary_fails_with_message(examples):
 def test_gateway_role_bad_input_fails_with_message_before_writing(examples, name):
     assert_rejected(examples["outcomes"][name], *REJECTED[name][1])
     assert not examples["configs"][name].parent.exists()
+    for secret in ("gw-k3y", "sk-qwen", "sk-1"):
+        assert secret not in examples["outcomes"][name]["msg"]
 
 
 # --- Property: generated values through the real role and HAProxy's parser ----
@@ -432,7 +551,7 @@ BASE = {
     "gateway_stats_address": "127.0.0.2", "gateway_stats_port": 48404, "gateway_stats_uri": "/stats",
     "gateway_log_target": "/dev/log", "gateway_user": "root", "gateway_group": "root",
     "gateway_chroot": "/var/empty", "gateway_admin_socket": "/run/haproxy/admin.sock",
-    "gateway_admin_socket_group": "root",
+    "gateway_admin_socket_group": "root", "gateway_api_key": GATEWAY_KEY,
 }
 
 
@@ -459,12 +578,12 @@ PLACES = {
                                 lambda v: socket(v["gateway_listen_address"], v["gateway_listen_port"]))],
     "gateway_stats_address": [("listen stats", ("bind",), 1,
                                lambda v: socket(v["gateway_stats_address"], v["gateway_stats_port"]))],
-    "gateway_balance": [("backend vllm", ("balance",), 1, lambda v: v["gateway_balance"])],
-    "gateway_check_path": [("backend vllm", ("option", "httpchk"), 3, lambda v: v["gateway_check_path"])],
-    "gateway_check_interval": [("backend vllm", ("default-server",), 3, lambda v: v["gateway_check_interval"])],
-    "gateway_check_fall": [("backend vllm", ("default-server",), 5, lambda v: str(v["gateway_check_fall"]))],
-    "gateway_check_rise": [("backend vllm", ("default-server",), 7, lambda v: str(v["gateway_check_rise"]))],
-    "gateway_server_maxconn": [("backend vllm", ("default-server",), 9, lambda v: str(v["gateway_server_maxconn"]))],
+    "gateway_balance": [("backend %s" % LLAMA_BACKEND, ("balance",), 1, lambda v: v["gateway_balance"])],
+    "gateway_check_path": [("backend %s" % LLAMA_BACKEND, ("option", "httpchk"), 3, lambda v: v["gateway_check_path"])],
+    "gateway_check_interval": [("backend %s" % LLAMA_BACKEND, ("default-server",), 3, lambda v: v["gateway_check_interval"])],
+    "gateway_check_fall": [("backend %s" % LLAMA_BACKEND, ("default-server",), 5, lambda v: str(v["gateway_check_fall"]))],
+    "gateway_check_rise": [("backend %s" % LLAMA_BACKEND, ("default-server",), 7, lambda v: str(v["gateway_check_rise"]))],
+    "gateway_server_maxconn": [("backend %s" % LLAMA_BACKEND, ("default-server",), 9, lambda v: str(v["gateway_server_maxconn"]))],
     "gateway_timeout_connect": [timeout("connect")],
     "gateway_timeout_client": [timeout("client")],
     "gateway_timeout_server": [timeout("server")],
@@ -484,7 +603,7 @@ PLACES = {
     "gateway_admin_socket": [("global", ("stats", "socket"), 2, lambda v: v["gateway_admin_socket"])],
     "gateway_admin_socket_group": [("global", ("stats", "socket"), 6, lambda v: v["gateway_admin_socket_group"])],
     "gateway_backends": [
-        ("backend vllm", ("server", BACKENDS[0]["name"]), None,
+        ("backend %s" % LLAMA_BACKEND, ("server", BACKENDS[0]["name"]), None,
          lambda v: ("server", v["gateway_backends"][0]["name"],
                     socket(v["gateway_backends"][0]["address"], v["gateway_backends"][0]["port"]))),
     ],
@@ -549,10 +668,11 @@ VALID = {
         "host": st.text(NAME_CHARS + "@", min_size=1, max_size=30),
         "address": backend_addresses,
         "port": st.integers(1, 65535).filter(lambda p: p != 8001),
+        "model": st.just(LLAMA),
     }),
 }
 # The backend field a hostile backends value spoils.
-BACKEND_FIELDS = ["name", "host", "address"]
+BACKEND_FIELDS = ["name", "host", "address", "model"]
 
 
 @st.composite

@@ -119,6 +119,8 @@ def staging_vars(root):
         "vllm_config_dir": str(staging / "etc/vllm"),
         "vllm_unit_dir": str(staging / "etc/systemd/system"),
         "vllm_libexec_dir": str(staging / "libexec"),
+        # No Python with huggingface_hub here (test_vllm_downloads_weights_before_start has one).
+        "vllm_download_weights": False,
     }
 
 
@@ -131,7 +133,7 @@ def filter_variables(root, overrides):
     return variables
 
 
-def run_hosts(tmp_path, hosts, check=False, diff=False, playbook=PLAYBOOK):
+def run_hosts(tmp_path, hosts, check=False, diff=False, playbook=PLAYBOOK, verbose=0):
     """Run PLAYBOOK on one inventory host per entry of HOSTS {name: vars};
     return (exit code, output, {host: recap counters})."""
     inventory = {"all": {"hosts": {}}}
@@ -146,6 +148,8 @@ def run_hosts(tmp_path, hosts, check=False, diff=False, playbook=PLAYBOOK):
         command.append("--check")
     if diff:
         command.append("--diff")
+    if verbose:
+        command.append("-" + "v" * verbose)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_RETRY_FILES_ENABLED="0",
                ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible-tmp"))
@@ -374,9 +378,10 @@ def test_vllm_binding_follows_the_plan(rendered):
     # h100: whole sockets, nodes 0 and 1.
     assert [a[1:3] for a in argv("h100_tp4")] == [["--cpunodebind=0", "--membind=0"],
                                                   ["--cpunodebind=1", "--membind=1"]]
-    # One core per socket reserved (the capture has no SMT siblings): CPU lists.
-    assert [a[1:3] for a in argv("h100_tp4_reserved")] == [["--physcpubind=1-47,96-143", "--membind=0"],
-                                                           ["--physcpubind=49-95,144-191", "--membind=1"]]
+    # One core per socket reserved: the capture has no SMT map, so the core
+    # is CPU 0 with its assumed sibling 96 (48 with 144): CPU lists.
+    assert [a[1:3] for a in argv("h100_tp4_reserved")] == [["--physcpubind=1-47,97-143", "--membind=0"],
+                                                           ["--physcpubind=49-95,145-191", "--membind=1"]]
     # Both sockets' stages in one instance.
     assert argv("h100_pp2_tp4")[0][2] == "--membind=0,1"
     assert argv("mi50_tp2_interleave")[0][2].startswith("--interleave=")
@@ -519,6 +524,122 @@ def test_vllm_shrinking_plan_removes_only_stale_managed_files(tmp_path):
     # An empty plan removes the role's last unit and nothing else.
     assert run(vllm_instances=[]) > 0
     assert sorted(p.name for p in units.iterdir()) == sorted(foreign)
+
+
+# --- model weights before start: one playbook run, then a rerun -------------
+
+STUB_HF = REPO / "tests" / "stub" / "hf"
+DOWNLOAD_TOKEN = "hf_downloadSECRET4711"
+
+
+def stub_python(root):
+    """A Python whose huggingface_hub is the stand-in (tests/stub/hf): no network."""
+    python = root / "python-with-hub"
+    python.write_text('#!/bin/sh\nPYTHONPATH=%s exec %s "$@"\n' % (STUB_HF, PYTHON))
+    python.chmod(0o755)
+    return str(python)
+
+
+def downloads(root):
+    """What the stand-in recorded, one entry per snapshot_download call."""
+    record = root / "staging/var/lib/vllm/hf/stub-downloads.jsonl"
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def snapshots(root, model):
+    folder = root / "staging/var/lib/vllm/hf/hub" / ("models--" + model.replace("/", "--")) / "snapshots"
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_vllm_downloads_weights_before_start(tmp_path):
+    instances = plan_instances("h100_tp4")[:1]
+    roots, hosts = {}, {}
+    cases = {
+        "dl": {"vllm_model": "org/tiny-model"},
+        "dl-failing": {"vllm_model": "org/missing-model"},
+        "dl-slow": {"vllm_model": "org/slow-model", "vllm_download_timeout": 2, "vllm_download_poll": 1},
+        # A local model, and a cache seeded by hand: no Python needed.
+        "dl-local": {"vllm_model": "@ROOT@/models/llama", "vllm_download_python": "/nonexistent/python"},
+        "dl-seeded": {"vllm_model": "org/seeded-model", "vllm_download_python": "/nonexistent/python"},
+        "dl-no-python": {"vllm_model": "org/tiny-model", "vllm_download_python": "/nonexistent/python"},
+    }
+    for name, overrides in cases.items():
+        root = roots[name] = tmp_path / name
+        root.mkdir()
+        overrides = {k: v.replace("@ROOT@", str(root)) if isinstance(v, str) else v for k, v in overrides.items()}
+        hosts[name] = dict(staging_vars(root), vllm_instances=instances, vllm_download_weights=True,
+                           vllm_download_python=stub_python(root), vllm_hf_token=DOWNLOAD_TOKEN,
+                           probe_out=str(root / "error"))
+        hosts[name].update(overrides)
+    seeded = roots["dl-seeded"] / "staging/var/lib/vllm/hf/hub/models--org--seeded-model/snapshots" / ("ab" * 20)
+    seeded.mkdir(parents=True)
+    # -vvv shows the command line that starts each module: a token in a
+    # task's environment would show there.
+    rc, output, recap = run_hosts(tmp_path, hosts, playbook=PROBE_PLAYBOOK, verbose=3)
+    assert "Traceback" not in output
+    errors = {name: " ".join((root / "error").read_text().split()) for name, root in roots.items()
+              if (root / "error").exists()}
+    assert sorted(errors) == ["dl-failing", "dl-no-python", "dl-slow"], (errors, output[-3000:])
+
+    # Downloaded once, as the account of the units (here: the one running
+    # the tests), in the background (async), the token only in the
+    # downloader's environment.
+    calls = downloads(roots["dl"])
+    assert len(calls) == 1, calls
+    call = calls[0]
+    assert call["repo_id"] == "org/tiny-model"
+    assert call["kwargs"] == {"ignore_patterns": ["original/*"]}
+    assert call["user"] == RUN_USER and call["uid"] == os.getuid()
+    assert call["environ"]["HF_HOME"] == hosts["dl"]["vllm_state_dir"] + "/hf"
+    assert call["environ"]["HF_TOKEN"] == DOWNLOAD_TOKEN
+    assert "ANSIBLE_ASYNC_DIR" in call["environ"], "the download did not run under async"
+    assert not any(DOWNLOAD_TOKEN in word for word in call["argv"])
+    assert DOWNLOAD_TOKEN not in output
+    assert re.search(r"^ASYNC OK on dl:", output, re.M), output
+    assert len(snapshots(roots["dl"], "org/tiny-model")) == 1
+
+    # The units of hub models load from the cache only.
+    for name, offline in (("dl", True), ("dl-seeded", True), ("dl-local", False)):
+        reading = systemd_reading(unit_dir(roots[name]) / "gpufleet-vllm-0.service")
+        assert (reading["environment"].get("HF_HUB_OFFLINE") == "1") is offline, name
+        assert reading["argv"][4:6] == ["serve", hosts[name]["vllm_model"]]
+    assert not downloads(roots["dl-local"]) and not downloads(roots["dl-seeded"])
+
+    # Failures name the model and the host; a failed download leaves no
+    # snapshot folder that would make the next run skip it.
+    assert errors["dl-failing"].startswith(
+        "vllm_model: downloading org/missing-model into %s/hf on dl-failing with " % hosts["dl"]["vllm_state_dir"]
+        .replace(str(roots["dl"]), str(roots["dl-failing"])))
+    assert "RepositoryNotFoundError: 404 Client Error" in errors["dl-failing"]
+    assert snapshots(roots["dl-failing"], "org/missing-model") == []
+    assert "downloading org/slow-model" in errors["dl-slow"] and "on dl-slow" in errors["dl-slow"]
+    assert "vllm_download_timeout (2 s)" in errors["dl-slow"]
+    assert snapshots(roots["dl-slow"], "org/slow-model") == []
+    assert (
+        "gpufleet.numa.vllm_units: vllm_download_python: /nonexistent/python does not exist or is not executable "
+        "on dl-no-python, and org/tiny-model is not in ") in errors["dl-no-python"], errors["dl-no-python"]
+    assert not (roots["dl-no-python"] / "staging").exists()
+
+    # Rerun: the cached model is not downloaded again, in no more tasks.
+    again = {name: hosts[name] for name in ("dl", "dl-local", "dl-seeded")}
+    rc, output, rerun = run_hosts(tmp_path, again, verbose=1)
+    assert rc == 0, output
+    for name, counters in rerun.items():
+        assert counters["changed"] == 0, (name, counters)
+        assert sum(counters.values()) <= RERUN_TASK_LIMIT, (name, counters)
+    assert len(downloads(roots["dl"])) == 1
+    assert DOWNLOAD_TOKEN not in output
+
+
+def test_vllm_check_mode_says_it_would_download(tmp_path):
+    """Check mode downloads nothing and says what it would download."""
+    variables = dict(staging_vars(tmp_path), vllm_instances=plan_instances("h100_tp4")[:1], vllm_download_weights=True,
+                     vllm_download_python=stub_python(tmp_path), vllm_model="org/tiny-model")
+    rc, output, dummy = run_hosts(tmp_path, {"dl-check": variables}, check=True)
+    assert rc == 0, output
+    assert ("org/tiny-model would be downloaded into %s/hf (not in " % variables["vllm_state_dir"]
+            in " ".join(output.split())), output
+    assert not downloads(tmp_path) and not (tmp_path / "staging").exists()
 
 
 # --- bad input: many probes, one playbook run -------------------------------

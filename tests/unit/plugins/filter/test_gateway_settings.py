@@ -9,6 +9,8 @@ appended after a space, a `log` + `option httpchk` pair that added an
 `external-check command`, an extra `bind`, a `stats enable` page.
 """
 
+import hashlib
+import json
 import pathlib
 import re
 
@@ -22,11 +24,15 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.gateway_settings imp
 REPO = pathlib.Path(__file__).resolve().parents[4]
 ROLE = REPO / "roles" / "gateway"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+LLAMA = "meta-llama/Llama-3.1-70B-Instruct"
+QWEN = "Qwen/Qwen2.5-7B-Instruct"
 BACKENDS = [
-    {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.20.0.11", "port": 8000},
-    {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00:20::12", "port": 8000},
+    {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.20.0.11", "port": 8000, "model": LLAMA},
+    {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00:20::12", "port": 8000, "model": LLAMA},
 ]
-GOOD = dict(DEFAULTS, gateway_backends=BACKENDS)
+# The defaults listen on every address: a key is required.
+KEY = "k3y-0f-the-gateway#$x"
+GOOD = dict(DEFAULTS, gateway_backends=BACKENDS, gateway_api_key=KEY)
 
 # Every string variable that reaches the configuration, with a good value.
 STRING_VARIABLES = {
@@ -77,7 +83,8 @@ def test_gateway_settings_defaults_pass_in_canonical_form():
     settings = check()
     assert settings["listen_socket"] == "0.0.0.0:8080"
     assert settings["backends"][1] == {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00:20::12",
-                                       "port": 8000, "socket": "[fd00:20::12]:8000"}
+                                       "port": 8000, "socket": "[fd00:20::12]:8000", "model": LLAMA,
+                                       "backend": "model-meta-llama_Llama-3.1-70B-Instruct"}
     assert settings["check_interval"] == "2s" and settings["retries"] == 2
     assert settings["admin_socket_group"] == "" and settings["manage_service"] == "auto"
 
@@ -179,7 +186,7 @@ def test_gateway_settings_rejects_words_appended_without_newline(variable, value
     ("gateway_balance", "uri", "must be one of leastconn, roundrobin"),
     ("gateway_balance", "", "must be one of"),
     ("gateway_check_path", "health", "HTTP path starting with '/'"),
-    ("gateway_check_path", "/a'b", "single quote"),
+    ("gateway_check_path", "/a'b", "quotes"),
     ("gateway_check_path", '/a"b', "HTTP path"),
     ("gateway_check_path", "/a\\b", "HTTP path"),
     ("gateway_check_path", "", "must not be empty"),
@@ -193,9 +200,9 @@ def test_gateway_settings_rejects_words_appended_without_newline(variable, value
     ("gateway_check_interval", "0", "must be above 0"),
     ("gateway_check_interval", "0us", "must be above 0"),
     ("gateway_timeout_client", "0s", "must be above 0"),
-    ("gateway_timeout_client", "25d", "at most 2147483647ms"),
-    ("gateway_timeout_client", "2147484s", "at most 2147483647ms"),
-    ("gateway_timeout_client", "597h", "at most 2147483647ms"),
+    ("gateway_timeout_client", "25d", "at most 24d"),
+    ("gateway_timeout_client", "2147484s", "at most 24d"),
+    ("gateway_timeout_client", "597h", "at most 24d"),
     ("gateway_timeout_client", "9999999999", "HAProxy duration"),
     ("gateway_timeout_server", 1.5, "must be a string"),
     ("gateway_check_fall", 0, "at least 1"),
@@ -268,7 +275,21 @@ def test_gateway_settings_empty_turns_off(variable):
     (backend(address="0.0.0.0"), r"^gateway_backends\[0\]\.address: .*not the wildcard"),
     (backend(address="[fd00::1]"), r"^gateway_backends\[0\]\.address: must be an IPv4"),
     (backend(weight=10), r"^gateway_backends\[0\]: unknown field\(s\) weight"),
-    ([{"name": "gpu-a-vllm-0", "address": "10.20.0.11"}], r"^gateway_backends\[0\]: missing required field port"),
+    ([{"name": "gpu-a-vllm-0", "address": "10.20.0.11", "model": LLAMA}],
+     r"^gateway_backends\[0\]: missing required field port"),
+    ([{"name": "gpu-a-vllm-0", "address": "10.20.0.11", "port": 8000}],
+     r"^gateway_backends\[0\]: missing required field model"),
+    # Served model names reach the configuration quoted: one word, no quote.
+    (backend(model="llama' if TRUE"), r"^gateway_backends\[0\]\.model: must be a served model name"),
+    (backend(model='llama" "x'), r"^gateway_backends\[0\]\.model: must be a served model name"),
+    (backend(model="llama\\x"), r"^gateway_backends\[0\]\.model: must be a served model name"),
+    (backend(model="llama ${HOME}"), r"^gateway_backends\[0\]\.model: must be a served model name"),
+    (backend(model="llama\n    bind :2222"), r"^gateway_backends\[0\]\.model: must not contain control"),
+    (backend(model="-x"), r"^gateway_backends\[0\]\.model: must be a served model name"),
+    (backend(model="m" * 201), r"^gateway_backends\[0\]\.model: must be at most 200 characters"),
+    (backend(backend="other"),
+     r"^gateway_backends\[0\]\.backend: must be model-meta-llama_Llama-3.1-70B-Instruct, the backend of model"),
+    (backend(backend="b\n    stats enable"), r"^gateway_backends\[0\]\.backend: must not contain control"),
     ([BACKENDS[0], dict(BACKENDS[1], name=BACKENDS[0]["name"])],
      r"^gateway_backends\[1\]\.name: must be unique; gateway_backends\[0\] has the same name"),
     ([BACKENDS[0], dict(BACKENDS[0], name="other")],
@@ -281,9 +302,9 @@ def test_gateway_settings_rejects_bad_backends(backends, match):
 
 
 def test_gateway_settings_backend_dns_name_and_no_host():
-    settings = check(gateway_backends=[{"name": "x", "address": "gpu-a.internal", "port": 8000}])
+    settings = check(gateway_backends=[{"name": "x", "address": "gpu-a.internal", "port": 8000, "model": "m"}])
     assert settings["backends"] == [{"name": "x", "host": "", "address": "gpu-a.internal", "port": 8000,
-                                     "socket": "gpu-a.internal:8000"}]
+                                     "socket": "gpu-a.internal:8000", "model": "m", "backend": "model-m"}]
 
 
 def test_gateway_settings_rejects_missing_and_unknown_variables():
@@ -300,7 +321,103 @@ def test_gateway_settings_shows_long_values_cut():
     assert "characters)" in message and len(message) < 300
 
 
-@pytest.mark.parametrize("name", ["gateway_settings", "gateway_backends"])
+# --- Several models, one backend each -----------------------------------------
+
+def test_gateway_settings_groups_servers_by_model_in_order():
+    servers = [dict(BACKENDS[0]), dict(BACKENDS[1], model=QWEN),
+               {"name": "gpu-c-vllm-0", "host": "gpu-c", "address": "10.20.0.13", "port": 8000, "model": LLAMA}]
+    settings = check(gateway_backends=servers)
+    assert [(m["model"], m["backend"], [s["name"] for s in m["servers"]]) for m in settings["models"]] == [
+        (LLAMA, "model-meta-llama_Llama-3.1-70B-Instruct", ["gpu-a-vllm-0", "gpu-c-vllm-0"]),
+        (QWEN, "model-Qwen_Qwen2.5-7B-Instruct", ["gpu-b-vllm-0"]),
+    ]
+    assert json.loads(settings["models_json"]) == {"object": "list", "data": [
+        {"id": LLAMA, "object": "model", "created": 0, "owned_by": "gpufleet"},
+        {"id": QWEN, "object": "model", "created": 0, "owned_by": "gpufleet"}]}
+
+
+def test_gateway_settings_backend_names_stay_distinct_and_short():
+    """'org/m' and 'org_m' clean to the same name; a long name is cut: both
+    end in part of the name's SHA-256, so every model keeps its backend."""
+    long_name = "org/" + "m" * 190
+    servers = [dict(BACKENDS[0], model="org/m"), dict(BACKENDS[1], model="org_m"),
+               {"name": "c", "address": "10.20.0.13", "port": 8000, "model": long_name}]
+    names = [m["backend"] for m in check(gateway_backends=servers)["models"]]
+    assert names[0] == "model-org_m"
+    assert names[1] == "model-org_m-" + hashlib.sha256(b"org_m").hexdigest()[:10]
+    assert len(names[2]) == 64 and names[2].endswith(hashlib.sha256(long_name.encode()).hexdigest()[:10])
+    assert len(set(names)) == 3
+    # The name the plan gives (plan_views) is accepted as it is.
+    check(gateway_backends=[dict(s, backend=n) for s, n in zip(servers, names)])
+
+
+# --- No one in who does not belong -------------------------------------------
+
+def test_gateway_settings_key_required_beyond_loopback():
+    message = rejected(r"^gateway_api_key: is required when the gateway listens beyond loopback "
+                       r"\(gateway_listen_address 0.0.0.0\)", gateway_api_key="")
+    assert "gateway_allow_unauthenticated" in message
+    rejected(r"^gateway_api_key: is required", gateway_api_key="", gateway_listen_address="10.0.0.10")
+    assert check(gateway_api_key="", gateway_allow_unauthenticated=True)["api_key_digest"] == ""
+    for loopback in ("127.0.0.1", "::1", "127.0.0.2"):
+        assert check(gateway_api_key="", gateway_listen_address=loopback)["api_key_digest"] == ""
+
+
+def test_gateway_settings_config_holds_only_the_keys_digest():
+    settings = check()
+    assert settings["api_key_digest"] == hashlib.sha256(("Bearer " + KEY).encode()).hexdigest().upper()
+    assert KEY not in repr(settings)
+
+
+@pytest.mark.parametrize("key", ["short", " " + "a" * 16, "a" * 16 + " ", "a" * 16 + "\t", "a" * 16 + "\u00e9",
+                                 "a" * 16 + "\n    bind :2222", "a" * 513, ["a" * 16], 1234567890123456789])
+def test_gateway_settings_rejects_bad_key_without_showing_it(key):
+    message = rejected(r"^gateway_api_key: must be 16-512 printable ASCII characters, not starting or ending "
+                       r"with a space \(value hidden\)$", gateway_api_key=key)
+    assert "aaaa" not in message and "short" not in message and "123456" not in message
+
+
+def test_gateway_settings_any_printable_key_is_hashed_whole():
+    key = 'k3y "with" $pecial \\ chars #x \'q\''
+    assert check(gateway_api_key=key)["api_key_digest"] == hashlib.sha256(
+        ("Bearer " + key).encode()).hexdigest().upper()
+
+
+def test_gateway_settings_backend_api_keys_per_model():
+    servers = [dict(BACKENDS[0]), dict(BACKENDS[1], model=QWEN)]
+    settings = check(gateway_backends=servers, gateway_backend_api_keys={QWEN: "sk-qwen#$1", LLAMA: ""})
+    assert [(m["model"], m["api_key"]) for m in settings["models"]] == [(LLAMA, ""), (QWEN, "sk-qwen#$1")]
+    # One double-quoted HAProxy word, whatever the key holds.
+    hostile = 'k3y "with" $pecial \\ chars'
+    models = check(gateway_backends=servers, gateway_backend_api_keys={QWEN: hostile})["models"]
+    assert models[1]["api_key_header"] == '"Bearer k3y \\"with\\" \\$pecial \\\\ chars"'
+    assert settings["holds_secrets"] is True
+    assert check()["holds_secrets"] is False
+    message = rejected(r"^gateway_backend_api_keys: names a model no backend serves \(models: "
+                       r"meta-llama/Llama-3.1-70B-Instruct\) \(got 'other'\)",
+                       gateway_backend_api_keys={"other": "sk-1"})
+    assert "sk-1" not in message
+    for bad in (" sk1", "sk1 ", "sk\n1", "sk\u00e91", "sk\x001"):
+        message = rejected(r"^gateway_backend_api_keys\[meta-llama/Llama-3.1-70B-Instruct\]: must be .*"
+                           r"\(value hidden\)$", gateway_backend_api_keys={LLAMA: bad})
+        assert "sk" not in message.split("]:", 1)[1]
+    rejected(r"^gateway_backend_api_keys: must be a mapping .*\(value hidden\)$",
+             gateway_backend_api_keys="sk-secret")
+
+
+@pytest.mark.parametrize("variable, value, match", [
+    ("gateway_tls_certificate", "certs/gateway.pem", r"^gateway_tls_certificate: must be an absolute path"),
+    ("gateway_tls_certificate", "/etc/ssl/gw.pem alpn h2", r"^gateway_tls_certificate: must be an absolute path"),
+    ("gateway_tls_certificate", "/etc/ssl/gw.pem\n    bind :2222", r"^gateway_tls_certificate: must not contain"),
+    ("gateway_allow_unauthenticated", "sometimes", r"^gateway_allow_unauthenticated: must be a boolean"),
+    ("gateway_buffer_size", 1024, r"^gateway_buffer_size: must be at least 16384"),
+    ("gateway_buffer_size", "64k", r"^gateway_buffer_size: must be an integer"),
+])
+def test_gateway_settings_rejects_bad_security_settings(variable, value, match):
+    rejected(match, **{variable: value})
+
+
+@pytest.mark.parametrize("name", ["gateway_settings", "gateway_backends", "gateway_api_keys"])
 def test_gateway_filter_docs_parse(name):
     """ansible-doc reads these files; a ': ' in a plain scalar breaks them."""
     doc = yaml.safe_load((REPO / "plugins" / "filter" / ("%s.yml" % name)).read_text())

@@ -327,7 +327,7 @@ def mutated_facts(draw):
             continue
         if step == 0:
             # a NUMA node or socket reference: negative (-1 is the kernel's "unknown"), null or mistyped
-            refs = [p for p in _node_refs(facts)]
+            refs = list(_node_refs(facts))
             if refs:
                 path = draw(st.sampled_from(refs))
                 parent, key = locate(facts, path)

@@ -1,13 +1,19 @@
+import pathlib
+
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.filter.plan_views import gateway_backends, plan_table
+from ansible_collections.gpufleet.numa.plugins.filter.gateway import gateway_settings
+from ansible_collections.gpufleet.numa.plugins.filter.plan_views import gateway_api_keys, gateway_backends, plan_table
 
 INSTANCE = {
     "host": "gpu-a", "name": "vllm-0", "gpu_indices": [0, 1, 2, 3], "numa_nodes": [0],
     "cpus": "0-47,96-143", "memory_policy": "bind", "worst_link": "NV18",
     "tp_size": 4, "pp_size": 1, "port": 8000,
+    "model": "meta-llama/Llama-3.1-70B-Instruct", "served_model_name": "llama-3.1-70b",
 }
+QWEN = {"model": "Qwen/Qwen2.5-7B-Instruct", "served_model_name": "Qwen/Qwen2.5-7B-Instruct"}
 
 
 def test_plan_table_aligns_columns_and_lists_unused():
@@ -34,9 +40,70 @@ def test_gateway_backends_uses_each_hosts_address():
     plan = {"instances": [INSTANCE, dict(INSTANCE, host="gpu-b", port=8001)]}
     addresses = {"gpu-a": "10.0.0.11", "gpu-b": "fd00:0::12", "gpu-unused": None}
     assert gateway_backends(plan, addresses) == [
-        {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.0.0.11", "port": 8000},
-        {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00::12", "port": 8001},
+        {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.0.0.11", "port": 8000,
+         "model": "llama-3.1-70b", "backend": "model-llama-3.1-70b"},
+        {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00::12", "port": 8001,
+         "model": "llama-3.1-70b", "backend": "model-llama-3.1-70b"},
     ]
+
+
+def test_gateway_backends_one_backend_per_served_model():
+    plan = {"instances": [INSTANCE, dict(INSTANCE, host="gpu-b", **QWEN), dict(INSTANCE, host="gpu-c")]}
+    backends = gateway_backends(plan, {"gpu-a": "10.0.0.11", "gpu-b": "10.0.0.12", "gpu-c": "10.0.0.13"})
+    assert [(b["name"], b["model"], b["backend"]) for b in backends] == [
+        ("gpu-a-vllm-0", "llama-3.1-70b", "model-llama-3.1-70b"),
+        ("gpu-b-vllm-0", "Qwen/Qwen2.5-7B-Instruct", "model-Qwen_Qwen2.5-7B-Instruct"),
+        ("gpu-c-vllm-0", "llama-3.1-70b", "model-llama-3.1-70b"),
+    ]
+
+
+def test_gateway_backends_backend_names_agree_with_the_gateway_role():
+    """The rollout drains 'backend/name' over the admin socket: the name
+    plan_views gives must be the one the role writes, collisions included."""
+    defaults = yaml.safe_load((pathlib.Path(__file__).resolve().parents[4] / "roles" / "gateway" / "defaults"
+                               / "main.yml").read_text())
+    plan = {"instances": [dict(INSTANCE, served_model_name="org/m"), dict(INSTANCE, host="gpu-b", served_model_name="org_m",
+                                                                          model="other")]}
+    backends = gateway_backends(plan, {"gpu-a": "10.0.0.11", "gpu-b": "10.0.0.12"})
+    settings = gateway_settings(dict(defaults, gateway_backends=backends, gateway_listen_address="127.0.0.1"))
+    assert [b["backend"] for b in backends] == [m["backend"] for m in settings["models"]]
+    assert len(set(b["backend"] for b in backends)) == 2
+
+
+def test_gateway_backends_one_served_name_two_models_names_both_hosts():
+    plan = {"instances": [INSTANCE, dict(INSTANCE, host="gpu-b", model="meta-llama/Llama-3.1-8B-Instruct")]}
+    with pytest.raises(AnsibleFilterError, match=r"vllm_served_model_name: hosts gpu-a and gpu-b both serve the name "
+                                                 r"llama-3.1-70b but with different models"):
+        gateway_backends(plan, {"gpu-a": "10.0.0.11", "gpu-b": "10.0.0.12"})
+
+
+@pytest.mark.parametrize("served", [None, ""])
+def test_gateway_backends_names_host_without_served_model(served):
+    instance = dict(INSTANCE, served_model_name=served)
+    with pytest.raises(AnsibleFilterError, match=r"host gpu-a: plan instance vllm-0 names no served model: set vllm_model"):
+        gateway_backends({"instances": [instance]}, {"gpu-a": "10.0.0.11"})
+    del instance["served_model_name"]
+    with pytest.raises(AnsibleFilterError, match=r"host gpu-a: plan instance vllm-0 names no served model"):
+        gateway_backends({"instances": [instance]}, {"gpu-a": "10.0.0.11"})
+
+
+def test_gateway_backends_rejects_hostile_served_name_naming_host():
+    with pytest.raises(AnsibleFilterError, match=r"host gpu-a vllm_served_model_name: must be a served model name"):
+        gateway_backends({"instances": [dict(INSTANCE, served_model_name="x' if TRUE")]}, {"gpu-a": "10.0.0.11"})
+
+
+def test_gateway_api_keys_one_key_per_model():
+    plan = {"instances": [INSTANCE, dict(INSTANCE, host="gpu-b", **QWEN), dict(INSTANCE, host="gpu-c")]}
+    assert gateway_api_keys(plan, {"gpu-a": "sk-a", "gpu-c": "sk-a", "gpu-b": ""}) == {"llama-3.1-70b": "sk-a"}
+    assert gateway_api_keys(plan, {}) == {}
+    with pytest.raises(AnsibleFilterError) as info:
+        gateway_api_keys(plan, {"gpu-a": "sk-a", "gpu-c": "sk-c"})
+    message = str(info.value)
+    assert "vllm_api_key: hosts gpu-a and gpu-c serve model llama-3.1-70b with different keys" in message
+    assert "sk-a" not in message and "sk-c" not in message
+    with pytest.raises(AnsibleFilterError) as info:
+        gateway_api_keys(plan, {"gpu-a": "sk-a\nx", "gpu-c": "sk-a\nx"})
+    assert "host gpu-a vllm_api_key: must be" in str(info.value) and "sk-a" not in str(info.value)
 
 
 def test_gateway_backends_takes_addresses_by_keyword_and_dns_names():

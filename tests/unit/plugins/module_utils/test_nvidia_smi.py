@@ -24,7 +24,7 @@ MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "mach
 PARTIAL_KEYS = {"gpus", "links", "numa_nodes", "warnings", "error"}
 GPU_KEYS = {
     "index", "pci_bus_id", "uuid", "name", "memory_mb", "numa_node",
-    "local_cpus", "mig_mode", "pcie", "vendor",
+    "local_cpus", "mig_mode", "pcie", "vendor", "memory_numa_node",
 }
 
 

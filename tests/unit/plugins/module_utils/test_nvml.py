@@ -26,7 +26,7 @@ __metaclass__ = type
 MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
 GPU_KEYS = {
     "index", "pci_bus_id", "uuid", "name", "memory_mb", "numa_node",
-    "local_cpus", "mig_mode", "pcie", "vendor",
+    "local_cpus", "mig_mode", "pcie", "vendor", "memory_numa_node",
 }
 
 
@@ -153,6 +153,12 @@ class RecordedNVML:
     def nvmlDeviceGetCpuAffinity(self, handle, size):
         device = self._dev(handle, "cpu_affinity_legacy")
         return self._words(device["cpu_affinity"], size)
+
+    def nvmlDeviceGetNumaNodeId(self, handle):
+        device = self._dev(handle)
+        if "gpu_numa_node" not in device:
+            raise NVMLError("Not Supported")  # what x86 hosts answer
+        return device["gpu_numa_node"]
 
     def nvmlDeviceGetMemoryAffinity(self, handle, size, scope):
         device = self._dev(handle, "memory_affinity")
@@ -380,3 +386,16 @@ def test_parse_mig_mode_and_memory():
     raw["devices"][1]["mig_mode"] = {"current": 0, "pending": 1}
     gpus = nvml.parse(raw)["gpus"]
     assert [g["mig_mode"] for g in gpus] == ["enabled", "disabled", None, None]
+
+
+def test_collect_and_parse_gpu_numa_node_id_only_when_nvml_answers():
+    # Grace Hopper: nvmlDeviceGetNumaNodeId names the GPU's own memory node; x86 answers
+    # "Not Supported", which is the normal case and leaves no trace in the record
+    raw = _load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"]
+    raw["devices"][0]["gpu_numa_node"] = 1
+    collected = nvml.collect(RecordedNVML(raw), cpu_count=raw["cpu_count"])
+    assert collected == raw
+    assert "gpu_numa_node" not in collected["devices"][1] and "gpu_numa_node" not in collected["devices"][1]["errors"]
+    gpus = nvml.parse(raw)["gpus"]
+    assert [g["memory_numa_node"] for g in gpus[:2]] == [1, None]
+    assert gpus[0]["numa_node"] != 1

@@ -207,12 +207,28 @@ def test_plan_host_missing_link_ranked_below_sys_with_warning():
     assert any("no link class" in w for w in plan["warnings"])
 
 
-def test_plan_host_memory_only_node_never_gets_bound_cpus():
+def test_plan_host_memory_only_node_is_never_a_home():
+    # GPUs the facts put on a node without CPUs are placed on the nearest node with CPUs
+    # of its socket; neither CPUs nor memory are bound to the memory-only node.
     facts = make_facts("x", {0: (0, "0-7"), 1: (0, "")}, [1, 1], lambda i, j: "NV4")
     plan = placement.plan_host(facts, tp_size=2)
-    assert plan["groups"][0]["numa_nodes"] == [1]
-    assert plan["groups"][0]["cpus"] == "0-7"
-    assert any("have no CPUs" in w for w in plan["warnings"])
+    assert plan["groups"][0]["numa_nodes"] == [0]
+    assert plan["groups"][0]["binding"] == {"cpus": "0-7", "mems": [0], "policy": "bind", "by_node": True}
+    assert ("GPU 0000:10:00.0 (index 0) is on NUMA node 1, which has no CPUs (memory only): placed on node 0, "
+            "the nearest with CPUs; memory bound there, not to node 1") in plan["warnings"]
+
+
+def test_plan_host_memory_only_node_home_by_slit_distance_or_none():
+    facts = make_facts("x", {0: (0, "0-7"), 1: (0, "8-15"), 2: (0, "")}, [2, 2], lambda i, j: "NV4")
+    facts["numa_nodes"][2]["distances"] = {"0": 40, "1": 20, "2": 10}
+    assert placement.plan_host(facts, tp_size=2)["groups"][0]["numa_nodes"] == [1]
+    # socket unknown, two nodes with CPUs, no distances: no home; the GPUs stay unused
+    facts = make_facts("x", {0: (None, "0-7"), 1: (None, "8-15"), 2: (None, "")}, [2, 2, 0], lambda i, j: "NV4",
+                       sockets=False)
+    plan = placement.plan_host(facts, tp_size=1)
+    assert [g["gpu_indices"] for g in plan["groups"]] == [[2]]
+    assert [u["index"] for u in plan["unused"]] == [0, 1]
+    assert "NUMA node 2 has no CPUs (memory only)" in plan["unused"][0]["reason"]
 
 
 # ---------------------------------------------------------------- exclusion
@@ -276,6 +292,46 @@ def test_plan_host_shared_node_cpus_disjoint_and_smt_siblings_together():
 def test_plan_host_shared_node_without_smt_info_splits_contiguous_runs():
     plan = placement.plan_host(ndv4_like(), tp_size=1)
     assert [g["cpus"] for g in plan["groups"][:2]] == ["24-35", "36-47"]
+
+
+def _without_smt(facts):
+    facts["smt_siblings"] = []
+    return facts
+
+
+def test_plan_host_smt_unknown_two_halves_split_by_assumed_sibling_pairs_with_warning():
+    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=1)
+    assert [g["cpus"] for g in plan["groups"][:2]] == ["0-11,96-107", "12-23,108-119"]
+    assert plan["groups"] == placement.plan_host(h100_nvswitch(), tp_size=1)["groups"]
+    assert ("SMT siblings unknown (smt_siblings is empty): NUMA node 0's CPUs are taken as sibling pairs n and n+96, "
+            "the usual Linux numbering, to split it between the 4 instances sharing it by core") in plan["warnings"]
+
+
+def test_plan_host_smt_unknown_reserves_the_assumed_sibling_too():
+    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=4, reserved_cpus_per_socket=1)
+    assert [g["cpus"] for g in plan["groups"]] == ["1-47,97-143", "49-95,145-191"]
+    assert any("to reserve whole cores (reserved_cpus_per_socket)" in w for w in plan["warnings"])
+
+
+def test_plan_host_smt_unknown_assumption_silent_where_nothing_is_split():
+    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=4)
+    assert not any("SMT" in w for w in plan["warnings"])
+
+
+@pytest.mark.parametrize("nodes, expected", [
+    ({0: (0, "0-31")}, {0: 16}),  # one node: half of all CPUs
+    ({0: (0, "0-47,96-143"), 1: (1, "48-95,144-191")}, {0: 96, 1: 96}),
+    ({0: (0, "0-23"), 1: (0, "24-47"), 2: (1, "48-71"), 3: (1, "72-95")}, {}),  # one run each, of a larger host
+    ({0: (0, "0-63,128-191"), 1: (1, "64-127,192-254")}, {0: 128}),  # 127 CPUs: no halves
+    ({0: (0, "0-3,8-10")}, {}),
+    ({0: (0, "0-1,4,6")}, {}),  # offsets differ
+    ({0: (0, "")}, {}),
+])
+def test_assumed_smt_offsets(nodes, expected):
+    from ansible_collections.gpufleet.numa.plugins.module_utils.placement_cpus import assumed_smt_offsets
+
+    node_cpus = dict((n, tuple(parse_cpulist(cpus))) for n, (_s, cpus) in nodes.items())
+    assert assumed_smt_offsets(node_cpus) == expected
 
 
 def test_plan_host_unshared_node_not_marked_shared():
@@ -508,6 +564,22 @@ def test_plan_host_recorded_fixture_matches_expected_plans(folder):
         ]
         assert got == case["groups"], options
         assert [u["id"] for u in plan["unused"]] == case.get("unused", []), options
+        _check_binding_within_usable_cpus(plan, facts)
+
+
+def _check_binding_within_usable_cpus(plan, facts):
+    """No instance is bound to a CPU services may not use (numactl fails at start on one), nor by node
+    when its nodes hold such CPUs."""
+    usable = set()
+    whole = {}
+    for node in facts["numa_nodes"]:
+        cpus = node["usable_cpus"] if node["usable_cpus"] is not None else node["cpus"]
+        usable |= set(parse_cpulist(cpus or ""))
+        whole[node["id"]] = node["usable_cpus"] is None or node["usable_cpus"] == node["cpus"]
+    for grp in plan["groups"]:
+        assert set(parse_cpulist(grp["binding"]["cpus"])) <= usable, grp["cpus"]
+        if grp["binding"]["by_node"]:
+            assert all(whole[n] for n in grp["binding"]["mems"]), grp["binding"]
 
 
 # ---------------------------------------------------------------- search limits
@@ -519,7 +591,8 @@ def test_plan_host_16_distinct_gpus_on_one_socket_searched_exactly():
     table = {}
     palette = ["NV4", "NV8", "PIX", "PXB", "NODE", "SYS", "PHB"]
     facts = make_facts(
-        "x", {0: (0, "0-63")}, [0] * 16, lambda i, j: table.setdefault((min(i, j), max(i, j)), rng.choice(palette))
+        "x", {0: (0, "0-63")}, [0] * 16, lambda i, j: table.setdefault((min(i, j), max(i, j)), rng.choice(palette)),
+        smt=[[c] for c in range(64)],
     )
     placement.clear_cache()
     plan = placement.plan_host(facts, tp_size=4)

@@ -29,7 +29,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "mach
 # matches none of these fails the test: a new fact field must be placed here.
 READ = [
     r"gpus\[\d+\]\.(numa_node|local_cpus)",
-    r"numa_nodes\[\d+\]\.(id|cpus|socket)",
+    r"numa_nodes\[\d+\]\.(id|cpus|socket|usable_cpus)",
     r"numa_nodes\[\d+\]\.distances\[.*\]",
     r"sockets\[\d+\]\.(id|numa_nodes\[\d+\])",
     r"smt_siblings\[\d+\]\[\d+\]",
@@ -37,10 +37,10 @@ READ = [
 ]
 IDENTITY = [r"gpus\[\d+\]\.(id|pci_bus_id|index|uuid|name)", r"hostname"]
 UNREAD = [
-    r"gpus\[\d+\]\.(vendor|memory_mb|mig_mode|pcie.*)",
-    r"numa_nodes\[\d+\]\.memory_mb",
+    r"gpus\[\d+\]\.(vendor|memory_mb|mig_mode|pcie.*|memory_numa_node)",
+    r"numa_nodes\[\d+\]\.(memory_mb|kind)",  # memory-only is read from cpus "" (the kind follows it)
     r"sockets\[\d+\]\.cpus",
-    r"nics.*",
+    r"nics.*",  # gpu_links too
     r"sources.*",
     r"warnings.*",
 ]
@@ -67,7 +67,7 @@ def leaves(value, path=""):
 def _join(path, key):
     if not path:
         return str(key)
-    if path == "links" or path.startswith("links[") or path.endswith(".distances"):
+    if path == "links" or path.startswith("links[") or path.endswith((".distances", ".gpu_links")):
         return "%s[%r]" % (path, key)
     return "%s.%s" % (path, key)
 
@@ -81,6 +81,12 @@ def facts_with_everything():
                       "interfaces": ["mlx5_0"], "numa_node": 0, "local_cpus": "0-47", "pcie": None}]
     facts["warnings"] = ["a note"]
     facts["gpus"][0]["pcie"] = {"current_width": 16}
+    facts["gpus"][0]["memory_numa_node"] = 1
+    facts["nics"][0]["gpu_links"] = {facts["gpus"][0]["id"]: "PIX"}
+    for node in facts["numa_nodes"]:
+        node["kind"] = "cpu"
+        cpus = parse_cpulist(node["cpus"])
+        node["usable_cpus"] = format_cpulist(cpus[:-2])  # a restricted cpuset (cpus may lose a CPU and keep it)
     return facts
 
 
@@ -208,6 +214,10 @@ def test_read_host_facts_numa_node_minus_one_is_unknown_with_warning():
         (lambda f: f["gpus"][1].update(id=f["gpus"][0]["id"]), "gpus[1].id: GPU id 0000:18:00.0 appears twice"),
         (lambda f: f["numa_nodes"][1].update(id=0), "numa_nodes[1].id: NUMA node 0 appears twice"),
         (lambda f: f["numa_nodes"][0].update(cpus="0-x"), "numa_nodes[0].cpus must be a cpulist (bad element '0-x'"),
+        (lambda f: f["numa_nodes"][0].update(usable_cpus="0-x"),
+         "numa_nodes[0].usable_cpus must be a cpulist (bad element '0-x'"),
+        (lambda f: f["numa_nodes"][0].update(usable_cpus="0-200"),
+         "numa_nodes[0].usable_cpus must be a subset of the node's cpus '0-47,96-143', got '0-200'"),
         (lambda f: f["numa_nodes"][0].update(distances={"a": 10}), "numa_nodes[0].distances keys must be NUMA node ids, got 'a'"),
         (lambda f: f["numa_nodes"][0].update(distances={"0": 10, 0: 11}), "numa_nodes[0].distances must name each node once"),
         (lambda f: f.update(smt_siblings=[[0, 96], [1, "97"]]), "smt_siblings[1][1] must be an integer (a CPU id), got '97'"),
@@ -247,9 +257,9 @@ def test_read_host_facts_plain_values_from_str_and_int_subclasses():
     facts["gpus"][0]["numa_node"] = TaggedInt(0)
     facts["links"][facts["gpus"][0]["id"]][facts["gpus"][1]["id"]] = Tagged("NV18")
     view = placement_facts.read_host_facts(facts)
-    assert type(view.gpus[0].name) is str
-    assert type(view.topology.gpu_nodes[0]) is int
-    assert type(view.topology.links[0][1]) is str
+    assert view.gpus[0].name.__class__ is str
+    assert view.topology.gpu_nodes[0].__class__ is int
+    assert view.topology.links[0][1].__class__ is str
     assert view.topology == placement_facts.read_host_facts(h100_nvswitch("gpu-a")).topology
 
 

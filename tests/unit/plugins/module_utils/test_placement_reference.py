@@ -42,15 +42,44 @@ def _sockets_of(facts):
     return node_socket
 
 
+def homes(facts):
+    """Where GPUs the facts put on a memory-only node (cpus "") are placed (docs/placement.md rule 7):
+    the nearest node with CPUs - of the same socket when known - by SLIT distance; without distances
+    the lowest of that socket, or the host's only node with CPUs; else nowhere (None)."""
+    node_socket = _sockets_of(facts)
+    with_cpus = [n["id"] for n in facts.get("numa_nodes") or [] if n.get("cpus")]
+    out = {}
+    for node in facts.get("numa_nodes") or []:
+        if node.get("cpus") != "":
+            continue
+        sock = node_socket.get(node["id"])
+        candidates = [n for n in with_cpus if sock is None or node_socket.get(n) == sock]
+        distance = dict((int(k), v) for k, v in (node.get("distances") or {}).items())
+        if distance and all(c in distance for c in candidates):
+            out[node["id"]] = min(candidates, key=lambda c: (distance[c], c)) if candidates else None
+        elif sock is not None or len(candidates) == 1:
+            out[node["id"]] = min(candidates) if candidates else None
+        else:
+            out[node["id"]] = None
+    return out
+
+
+def home_of(facts, gpu, home=None):
+    node = gpu["numa_node"]
+    home = homes(facts) if home is None else home
+    return home.get(node, node) if node != -1 else None
+
+
 def _host_view(facts, exclude):
     """Placeable GPUs (PCI order) with node, socket label and pair scores."""
     gpus = sorted(facts["gpus"], key=lambda g: (g.get("pci_bus_id") is None, g.get("pci_bus_id") or "", g.get("index") or 0))
     node_socket = _sockets_of(facts)
+    home = homes(facts)
     usable = [
         g for g in gpus
-        if g["numa_node"] not in (None, -1) and not ({g["id"], g.get("pci_bus_id"), g.get("uuid")} & set(exclude))
+        if home_of(facts, g, home) is not None and not ({g["id"], g.get("pci_bus_id"), g.get("uuid")} & set(exclude))
     ]
-    nodes = [g["numa_node"] for g in usable]
+    nodes = [home_of(facts, g, home) for g in usable]
     sockets = [node_socket.get(n, ("own", n)) if node_socket.get(n) is not None else ("own", n) for n in nodes]
 
     def pair(a, b):
@@ -134,7 +163,8 @@ def check_plan_shape(plan, facts, tp, pp, allow_span):
             assert len(stage["gpus"]) == tp
             assert not seen & set(stage["gpus"])
             seen |= set(stage["gpus"])
-            socks = set(node_socket.get(usable[i]["numa_node"], ("own", usable[i]["numa_node"])) for i in stage["gpus"])
+            socks = set(node_socket.get(home_of(facts, usable[i]), ("own", home_of(facts, usable[i])))
+                        for i in stage["gpus"])
             if len(socks) > 1:
                 assert allow_span
                 assert grp["memory_policy"] == "interleave"
@@ -247,6 +277,8 @@ def random_host(rng, case):
             if rng.random() < 0.05:
                 threads = []  # a memory-only node
             nodes[s * per_socket + k] = (s, format_cpulist(threads))
+    restricted = rng.random() < 0.2  # a container's cpuset, isolcpus: some CPUs of each node unusable
+    hide_smt = rng.random() < 0.4  # SMT threads numbered n, n + 1000, but the facts do not say (topo -m only)
     n_gpus = rng.randint(0, 16)
     palette = rng.sample(LINKS, rng.randint(1, 4))
     # unknown NUMA nodes: null, or -1 as sysfs reads it
@@ -260,9 +292,13 @@ def random_host(rng, case):
         nodes,
         gpu_nodes,
         lambda i, j: table[(min(i, j), max(i, j))],
-        smt=cores if smt else None,
+        smt=cores if smt and not hide_smt else None,
         sockets=known_sockets,
     )
+    if restricted:
+        for node in facts["numa_nodes"]:
+            cpus = parse_cpulist(node["cpus"])
+            node["usable_cpus"] = format_cpulist(c for c in cpus if rng.random() < 0.6)
     return facts
 
 
@@ -300,6 +336,7 @@ def _random_cases():
 def test_plan_host_matches_reference_on_random_topologies():
     placeable_max = 0
     planned = 0
+    seen = dict.fromkeys(SEEN, 0)
     for facts, tp, pp, allow_span, cap, exclude in _random_cases():
         placeable_max = max(placeable_max, len(facts["gpus"]))
         expected = reference_best(facts, tp, pp, allow_span, cap, exclude)
@@ -314,16 +351,55 @@ def test_plan_host_matches_reference_on_random_topologies():
         got = engine_objective(plan, facts, pp, cap, exclude)
         assert got == expected, (facts["hostname"], tp, pp, allow_span, cap, exclude)
         _check_cpus(plan, facts)
-    # the generator must reach the interesting sizes, or this test proves little
+        for name, words in SEEN.items():
+            seen[name] += any(words in w for w in plan["warnings"])
+    # the generator must reach the interesting sizes and cases, or this test proves little
     assert placeable_max >= 14
     assert planned >= 500
+    assert min(seen.values()) >= 20, seen
+
+
+SEEN = {"memory-only home": "which has no CPUs (memory only)", "restricted": "not usable by services",
+        "assumed SMT": "SMT siblings unknown"}
+
+
+def _usable_cpus(node):
+    return set(parse_cpulist(node["cpus"] if node.get("usable_cpus") is None else node["usable_cpus"]))
+
+
+def reference_smt_pairs(facts):
+    """Without SMT information, the sibling pairs (n, n+d) assumed of a node of two equal halves
+    (docs/placement.md rule 5): halves of the sorted CPUs, the second the first moved by one d, with a gap
+    between them or d half of the host's CPUs."""
+    if facts["smt_siblings"]:
+        return {}
+    every = set()
+    for node in facts["numa_nodes"]:
+        every |= set(parse_cpulist(node["cpus"]))
+    pairs = {}
+    for node in facts["numa_nodes"]:
+        cpus = parse_cpulist(node["cpus"])
+        half = len(cpus) // 2
+        if not half or len(cpus) % 2:
+            continue
+        low, high = cpus[:half], cpus[half:]
+        d = high[0] - low[0]
+        if low[-1] < high[0] and all(b - a == d for a, b in zip(low, high)) and (
+                high[0] > low[-1] + 1 or 2 * d == len(every)):
+            pairs.update((a, b) for a, b in zip(low, high))
+    return pairs
 
 
 def _check_cpus(plan, facts):
-    node_cpus = dict((n["id"], set(parse_cpulist(n["cpus"]))) for n in facts["numa_nodes"])
+    node_cpus = dict((n["id"], _usable_cpus(n)) for n in facts["numa_nodes"])
+    everywhere = set().union(*node_cpus.values()) if node_cpus else set()
+    whole = dict((n["id"], n.get("usable_cpus") in (None, n["cpus"])) for n in facts["numa_nodes"])
     owners = {}
     for grp in plan["groups"]:
         cpus = set(parse_cpulist(grp["cpus"]))
+        assert cpus <= everywhere  # never a CPU services may not use
+        assert not grp["binding"]["by_node"] or all(whole[n] for n in grp["numa_nodes"])
+        assert not set(grp["numa_nodes"]) & set(n for n, home in homes(facts).items())  # never a memory-only node
         allowed = set()
         for n in grp["numa_nodes"]:
             allowed |= node_cpus[n]
@@ -334,3 +410,8 @@ def _check_cpus(plan, facts):
     overlap_warned = any("overlap" in w for w in plan["warnings"])
     if not overlap_warned:
         assert all(len(v) == 1 for v in owners.values())
+        # assumed siblings of a shared node stay with one instance (unless the node has fewer cores than instances)
+        split = any("fewer physical cores" in w for w in plan["warnings"])
+        for a, b in ({} if split else reference_smt_pairs(facts)).items():
+            if a in owners and b in owners:
+                assert owners[a] == owners[b], (a, b)

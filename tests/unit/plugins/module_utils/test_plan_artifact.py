@@ -176,6 +176,43 @@ def test_fleet_plan_by_host_names_host_and_variable(facts, variables, message):
     assert message in str(info.value)
 
 
+def test_fleet_plan_by_host_records_each_hosts_served_model(facts):
+    """The plan says what each host serves; a later run that reaches only
+    one host keeps the other host's model with its instances."""
+    from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
+
+    host_vars = _hostvars(facts, h100={"vllm_model": "meta-llama/Llama-3.1-70B-Instruct",
+                                       "vllm_served_model_name": "llama-3.1-70b"},
+                          a6000={"vllm_model": "Qwen/Qwen2.5-7B-Instruct", "vllm_served_model_name": ""})
+    result = fleet_plan_by_host(host_vars)
+    served = dict((i["host"], (i.get("model"), i.get("served_model_name"))) for i in result["instances"])
+    assert served == {"h100": ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+                      "a6000": ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+                      "rtx4090": (None, None)}
+    merged = plan_artifact.merge_plans(result, None, sorted(facts), sorted(facts))["plan"]
+    # Only a6000 re-planned, now with another model: h100 keeps its own.
+    again = fleet_plan_by_host(dict(host_vars, a6000=dict(host_vars["a6000"], vllm_model="other/model")),
+                               hosts=["a6000"])
+    kept = plan_artifact.merge_plans(again, merged, ["a6000"], sorted(facts))["plan"]
+    served = dict((i["host"], i.get("served_model_name")) for i in kept["instances"])
+    assert served == {"h100": "llama-3.1-70b", "a6000": "other/model", "rtx4090": None}
+
+
+@pytest.mark.parametrize("variables,message", [
+    ({"vllm_model": "m", "vllm_served_model_name": "llama 70b"},
+     "host h100: vllm_served_model_name: must be a served model name"),
+    ({"vllm_model": "org/m'x"}, "host h100: vllm_model (served as its own name): must be a served model name"),
+    ({"vllm_model": "--trust-remote-code"}, "host h100: vllm_model: must not start with '-'"),
+    ({"vllm_model": "m\nx"}, "host h100: vllm_model: must not contain control characters"),
+])
+def test_fleet_plan_by_host_checks_served_model_names(facts, variables, message):
+    from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
+
+    with pytest.raises(AnsibleFilterError) as info:
+        fleet_plan_by_host(_hostvars({"h100": facts["h100"]}, h100=variables))
+    assert message in str(info.value)
+
+
 def test_fleet_plan_by_host_without_facts_names_the_host(facts):
     from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
 

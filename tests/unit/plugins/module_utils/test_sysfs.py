@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -13,7 +12,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils import sysfs
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CaptureReader, LiveReader
 
-from sysfs_builder import SysfsBuilder
+from sysfs_builder import SysfsBuilder, write_tree
 
 NVIDIA, AMD, INTEL, ASPEED, MATROX, MELLANOX = "0x10de", "0x1002", "0x8086", "0x1a03", "0x102b", "0x15b3"
 
@@ -37,8 +36,8 @@ def collect(builder):
 def test_collect_numa_nodes_memory_distances_sockets():
     facts = collect(two_socket_host())
     assert facts["numa_nodes"] == [
-        {"id": 0, "cpus": "0-1,4-5", "memory_mb": 2048, "distances": {0: 10, 1: 21}, "socket": 0},
-        {"id": 1, "cpus": "2-3,6-7", "memory_mb": 1024, "distances": {0: 21, 1: 10}, "socket": 1},
+        {"id": 0, "cpus": "0-1,4-5", "memory_mb": 2048, "distances": {0: 10, 1: 21}, "socket": 0, "usable_cpus": None},
+        {"id": 1, "cpus": "2-3,6-7", "memory_mb": 1024, "distances": {0: 21, 1: 10}, "socket": 1, "usable_cpus": None},
     ]
     assert facts["sockets"] == [
         {"id": 0, "numa_nodes": [0], "cpus": "0-1,4-5"},
@@ -66,7 +65,8 @@ def test_collect_memory_only_node_has_empty_cpus_and_no_socket():
     b.files["/sys/devices/system/node/node1/distance"] = "21 10 30\n"
     facts = collect(b)
     node2 = facts["numa_nodes"][2]
-    assert node2 == {"id": 2, "cpus": "", "memory_mb": 512, "distances": {0: 30, 1: 30, 2: 10}, "socket": None}
+    assert node2 == {"id": 2, "cpus": "", "memory_mb": 512, "distances": {0: 30, 1: 30, 2: 10}, "socket": None,
+                     "usable_cpus": None}
 
 
 def test_collect_bad_distance_row_warns_and_leaves_empty():
@@ -189,22 +189,9 @@ def test_node_for_cpus_needs_exactly_one_covering_node():
     assert sysfs.node_for_cpus([], nodes) is None
 
 
-def write_tree(root, capture):
-    """Materialise a capture as a real directory tree with real symlinks."""
-    for path, content in capture["files"].items():
-        target = os.path.join(str(root), path.lstrip("/"))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "w") as handle:
-            handle.write(content)
-    for path, link in capture["symlinks"].items():
-        target = os.path.join(str(root), path.lstrip("/"))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.symlink(link, target)
-
-
 def test_collect_live_reader_on_real_tree_matches_replay(tmp_path):
     capture = pci_tree_host().capture()
-    write_tree(tmp_path, capture)
+    write_tree(capture, tmp_path)
     live = sysfs.collect(LiveReader(root=str(tmp_path)))
     replay = sysfs.collect(CaptureReader(capture))
     assert live == replay
@@ -266,3 +253,79 @@ def test_collect_amd_index_unknown_without_kfd_topology():
     facts = collect(b)
     assert facts["gpus"][0]["index"] is None
     assert any("0000:c1:00.0 is not in the KFD topology" in w for w in facts["warnings"])
+
+
+# ---------------------------------------------------------------- usable CPUs (containers, cpusets, isolcpus)
+
+CGROUP_ROOT = "/sys/fs/cgroup/cpuset.cpus.effective"
+CGROUP_SLICE = "/sys/fs/cgroup/system.slice/cpuset.cpus.effective"
+STATUS = "Name:\tpython3\nUid:\t0\t0\t0\t0\nCpus_allowed:\tff\nCpus_allowed_list:\t%s\nMems_allowed_list:\t0-1\n"
+
+
+def _usable(b, **kwargs):
+    facts = sysfs.collect(CaptureReader(b.capture()), **kwargs)
+    return [n["usable_cpus"] for n in facts["numa_nodes"]], facts["warnings"]
+
+
+def test_collect_usable_cpus_unknown_without_any_limit_file():
+    assert _usable(two_socket_host()) == ([None, None], [])
+
+
+def test_collect_usable_cpus_slice_cpuset_before_the_root_one():
+    b = two_socket_host()
+    b.files[CGROUP_ROOT] = "0-7\n"
+    b.files[CGROUP_SLICE] = "0,2-3,6\n"
+    usable, warnings = _usable(b)
+    assert usable == ["0", "2-3,6"]
+    assert warnings == ["CPUs 1,4-5,7 are not usable by services: outside %s (cgroup cpuset); they are left out "
+                        "of usable_cpus" % CGROUP_SLICE]
+    # another slice (the option cgroup_slice) that has no cpuset of its own: the root's applies
+    assert _usable(b, cgroup_slice="vllm.slice")[0] == ["0-1,4-5", "2-3,6-7"]
+    assert _usable(b, cgroup_slice="/system.slice/")[0] == ["0", "2-3,6"]
+
+
+def test_collect_usable_cpus_process_allowed_list_and_isolated_cpus():
+    b = two_socket_host()
+    b.files["/proc/self/status"] = STATUS % "0-5"
+    b.files["/sys/devices/system/cpu/isolated"] = "1,5\n"
+    usable, warnings = _usable(b)
+    assert usable == ["0,4", "2-3"]
+    assert warnings == [
+        "CPUs 6-7 are not usable by services: outside Cpus_allowed_list of /proc/self/status; they are left out of "
+        "usable_cpus",
+        "CPUs 1,5 are not usable by services: isolated (/sys/devices/system/cpu/isolated, isolcpus=); they are "
+        "left out of usable_cpus",
+    ]
+
+
+def test_collect_usable_cpus_empty_isolated_list_means_every_cpu():
+    b = two_socket_host()
+    b.files["/sys/devices/system/cpu/isolated"] = "\n"
+    assert _usable(b) == (["0-1,4-5", "2-3,6-7"], [])
+
+
+@pytest.mark.parametrize("path, text, problem", [
+    (CGROUP_ROOT, "0-x\n", "/sys/fs/cgroup/cpuset.cpus.effective: bad element '0-x'"),
+    ("/proc/self/status", "Name:\tx\n", "/proc/self/status: no Cpus_allowed_list line"),
+    ("/proc/self/status", STATUS % "0-99999999", "/proc/self/status: CPU 99999999"),
+    ("/sys/devices/system/cpu/isolated", "junk\n", "/sys/devices/system/cpu/isolated: bad element 'junk'"),
+])
+def test_collect_usable_cpus_unreadable_limit_warns_and_limits_nothing(path, text, problem):
+    b = two_socket_host()
+    b.files[path] = text
+    usable, warnings = _usable(b)
+    assert usable in ([None, None], ["0-1,4-5", "2-3,6-7"])
+    assert any(w.startswith(problem) for w in warnings), warnings
+
+
+def test_collect_usable_cpus_never_below_a_memory_only_node():
+    b = two_socket_host()
+    b.node(2, "", memory_kb=1024)
+    b.files[CGROUP_ROOT] = "0-3\n"
+    assert _usable(b)[0] == ["0-1", "2-3", ""]
+
+
+@pytest.mark.parametrize("value", ["../../etc", "a b", "x\n", "/sys/../x", 5])
+def test_check_cgroup_slice_refuses_what_is_no_cgroup_path(value):
+    with pytest.raises(ValueError, match="cgroup_slice"):
+        sysfs.check_cgroup_slice(value)

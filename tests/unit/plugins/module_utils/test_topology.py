@@ -23,8 +23,8 @@ MACHINE_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(MACHINE
 FACT_KEYS = {"schema_version", "hostname", "sources", "sockets", "numa_nodes", "smt_siblings",
              "gpus", "nics", "links", "warnings"}
 GPU_KEYS = {"id", "index", "pci_bus_id", "uuid", "name", "vendor", "numa_node", "local_cpus",
-            "memory_mb", "mig_mode", "pcie"}
-NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket"}
+            "memory_mb", "mig_mode", "pcie", "memory_numa_node"}
+NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket", "kind", "usable_cpus"}
 NVIDIA = "0x10de"
 
 # Two RTX A6000 with an NVLink bridge, one per socket, as nvidia-smi prints them.
@@ -84,6 +84,23 @@ def test_facts_from_capture_recorded_machines_match_expected_links(machine):
         assert sorted(row) == sorted(want[a]), a
 
 
+def test_facts_from_capture_recorded_machines_match_expected_numa_nodes_and_nics(machine):
+    # expected.yml may state fields of NUMA nodes (by id) and NICs (by id); those it states must match
+    facts, expected = machine[1], machine[2]
+    nodes = dict((n["id"], n) for n in facts["numa_nodes"])
+    if expected.get("numa_nodes"):
+        assert sorted(nodes) == sorted(expected["numa_nodes"])
+    for node_id, fields in (expected.get("numa_nodes") or {}).items():
+        for field, value in fields.items():
+            assert nodes[node_id][field] == value, "node %s %s" % (node_id, field)
+    nics = dict((n["id"], n) for n in facts["nics"])
+    if "nics" in expected:
+        assert sorted(nics) == sorted(expected["nics"])
+    for nic_id, fields in (expected.get("nics") or {}).items():
+        for field, value in fields.items():
+            assert nics[nic_id][field] == value, "NIC %s %s" % (nic_id, field)
+
+
 def test_facts_from_capture_unknown_numa_is_null_with_warning(machine):
     # Asserts for every machine: the GPUs left without a NUMA node are
     # exactly those expected.yml (written by hand) says, each has its own
@@ -114,8 +131,10 @@ def test_facts_from_capture_topo_matrix_only():
     assert [(g["id"], g["index"], g["pci_bus_id"], g["numa_node"], g["local_cpus"]) for g in facts["gpus"]] == [
         ("GPU0", 0, None, 0, "0-1,4-5"), ("GPU1", 1, None, 1, "2-3,6-7")]
     assert facts["numa_nodes"] == [
-        {"id": 0, "cpus": "0-1,4-5", "memory_mb": None, "distances": {}, "socket": None},
-        {"id": 1, "cpus": "2-3,6-7", "memory_mb": None, "distances": {}, "socket": None},
+        {"id": 0, "cpus": "0-1,4-5", "memory_mb": None, "distances": {}, "socket": None,
+         "kind": "cpu", "usable_cpus": None},
+        {"id": 1, "cpus": "2-3,6-7", "memory_mb": None, "distances": {}, "socket": None,
+         "kind": "cpu", "usable_cpus": None},
     ]
     assert facts["sockets"] == [] and facts["smt_siblings"] == []
     assert facts["links"] == {"GPU0": {"GPU1": "NV4"}, "GPU1": {"GPU0": "NV4"}}
@@ -217,7 +236,8 @@ def test_assemble_no_gpu_host_has_numa_facts_and_empty_gpus():
              net=["eth0"], width=(0, 0), speed=("Unknown", "Unknown"))
     facts = topology.facts_from_capture(b.capture(hostname="plain"))
     assert facts["gpus"] == [] and facts["links"] == {}
-    assert facts["numa_nodes"] == [{"id": 0, "cpus": "0-3", "memory_mb": 8192, "distances": {0: 10}, "socket": 0}]
+    assert facts["numa_nodes"] == [{"id": 0, "cpus": "0-3", "memory_mb": 8192, "distances": {0: 10}, "socket": 0,
+                                   "kind": "cpu", "usable_cpus": None}]
     assert facts["nics"][0]["interfaces"] == ["eth0"]
     assert facts["nics"][0]["numa_node"] == 0
     assert topology.summary(facts)[:2] == [
@@ -323,3 +343,96 @@ def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(t
     assert recorded["commands"] == {TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT}
     replayed = topology.facts_from_capture(recorded)
     assert replayed["gpus"] == facts["gpus"] and replayed["links"] == facts["links"]
+
+
+# ---------------------------------------------------------------- memory-only NUMA nodes (Grace Hopper, CXL)
+
+GH200 = os.path.join(MACHINES, "gh200_grace_hopper", "capture.yml")
+
+
+def _gh200():
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture
+
+    return load_capture(GH200)
+
+
+def test_facts_gpu_put_on_its_memory_node_by_sysfs_keeps_cpu_locality():
+    # a kernel that gives the GPU's PCI device its memory node: that node is the GPU's memory, not its home
+    capture = _gh200()
+    capture["files"]["/sys/bus/pci/devices/0009:01:00.0/numa_node"] = "1\n"
+    facts = topology.facts_from_capture(capture)
+    (gpu,) = facts["gpus"]
+    assert (gpu["numa_node"], gpu["memory_numa_node"]) == (0, 1)
+    assert ("GPU 0009:01:00.0: sysfs puts it on NUMA node 1, which has no CPUs (memory only); taken as the GPU's "
+            "memory node, not its CPU locality") in facts["warnings"]
+    assert [n["kind"] for n in facts["numa_nodes"][:3]] == ["cpu", "gpu_memory", "memory"]
+
+
+def test_facts_gpu_on_memory_node_without_other_source_takes_node_of_its_local_cpus():
+    capture = _gh200()
+    capture["files"]["/sys/bus/pci/devices/0009:01:00.0/numa_node"] = "1\n"
+    del capture["commands"]
+    (gpu,) = topology.facts_from_capture(capture)["gpus"]
+    assert (gpu["numa_node"], gpu["memory_numa_node"]) == (0, 1)
+
+
+def test_facts_topo_matrix_only_gpu_numa_id_is_a_memory_node():
+    capture = {"capture_version": 1, "commands": {TOPO_COMMAND: _gh200()["commands"][TOPO_COMMAND]}}
+    facts = topology.facts_from_capture(capture)
+    nodes = [(n["id"], n["cpus"], n["kind"]) for n in facts["numa_nodes"]]
+    assert nodes == [(0, "0-71", "cpu"), (1, "", "gpu_memory")]
+    assert [(g["id"], g["numa_node"], g["memory_numa_node"]) for g in facts["gpus"]] == [("GPU0", 0, 1)]
+    assert facts["nics"] == [{"id": "NIC0", "pci_bus_id": None, "vendor": "mellanox", "interfaces": ["mlx5_0"],
+                              "numa_node": 0, "local_cpus": None, "pcie": dict.fromkeys(
+                                  ("current_speed", "max_speed", "current_width", "max_width")),
+                              "gpu_links": {"GPU0": "NODE"}}]
+
+
+def test_facts_nic_column_numa_node_null_when_its_gpus_disagree():
+    text = ("\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\n"
+            "GPU0\t X \tSYS\tPIX\tSYS\t0-3\t0\n"
+            "GPU1\tSYS\t X \tNODE\tSYS\t4-7\t1\n"
+            "NIC0\tPIX\tNODE\t X \tSYS\n"
+            "NIC1\tSYS\tSYS\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n")
+    facts = topology.facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: text}})
+    assert [(n["id"], n["interfaces"], n["numa_node"], n["gpu_links"]) for n in facts["nics"]] == [
+        ("NIC0", ["mlx5_0"], None, {"GPU0": "PIX", "GPU1": "NODE"}),
+        ("NIC1", ["mlx5_1"], None, {"GPU0": "SYS", "GPU1": "SYS"}),
+    ]
+
+
+def test_record_keeps_only_the_cpu_lines_of_proc_self_status(tmp_path):
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import RecordingReader
+
+    tree = tmp_path / "root"
+    write_tree(two_gpu_host().capture(), tree)
+    (tree / "proc" / "self").mkdir(parents=True)
+    (tree / "proc" / "self" / "status").write_text(
+        "Name:\tansible\nUid:\t1000\t1000\t1000\t1000\nGroups:\t27 1000\nCpus_allowed:\t0f\n"
+        "Cpus_allowed_list:\t0-3\nMems_allowed_list:\t0-1\n")
+    recorder = RecordingReader(LiveReader(root=str(tree), which=lambda name: None))
+    facts = topology.gather(recorder)[0]
+    assert recorder.capture["files"]["/proc/self/status"] == "Cpus_allowed:\t0f\nCpus_allowed_list:\t0-3\n"
+    assert [n["usable_cpus"] for n in facts["numa_nodes"]] == ["0-1", "2-3"]
+    assert [n["usable_cpus"] for n in topology.facts_from_capture(recorder.capture)["numa_nodes"]] == ["0-1", "2-3"]
+
+
+def test_facts_plain_text_capture_with_tabs_keeps_its_nic_columns(tmp_path):
+    # `nvidia-smi topo -m > host.txt`, tab-separated, with a NIC column and legend
+    path = tmp_path / "host.txt"
+    path.write_text("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+                    "GPU0\t X \tNV4\tPIX\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \tSYS\t8-15\t1\t\tN/A\n"
+                    "NIC0\tPIX\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    facts = topology.facts_from_capture(str(path))
+    assert [(n["id"], n["interfaces"], n["numa_node"], n["gpu_links"]) for n in facts["nics"]] == [
+        ("NIC0", ["mlx5_0"], 0, {"GPU0": "PIX", "GPU1": "SYS"})]
+    assert [g["memory_numa_node"] for g in facts["gpus"]] == [None, None]
+
+
+def test_summary_names_gpu_memory_nodes_and_usable_cpus():
+    lines = topology.summary(topology.facts_from_capture(GH200))
+    assert "NUMA node 1: CPUs none (a GPU's memory); memory 97280 MB" in lines
+    assert "NUMA node 2: CPUs none (memory only); memory 0 MB" in lines
+    lines = topology.summary(topology.facts_from_capture(os.path.join(MACHINES, "mi300x_8gpu_lxc_cpuset",
+                                                                      "capture.yml")))
+    assert "NUMA node 0 (socket 0): CPUs 0-55,112-167 (usable by services: 0-14,112-126); memory unknown" in lines

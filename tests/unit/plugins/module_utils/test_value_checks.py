@@ -46,7 +46,7 @@ def test_haproxy_duration_accepts(value):
     assert vc.haproxy_duration("t", value) == str(value)
 
 
-@pytest.mark.parametrize("value", ["2s backup ssl verify none", "2 s", "-1", "2sec", "", True])
+@pytest.mark.parametrize("value", ["2s backup ssl verify none", "2 s", "-1", "2sec", "", True, "25d", "2147483648"])
 def test_haproxy_duration_rejects(value):
     with pytest.raises(ValueError, match="^t: "):
         vc.haproxy_duration("t", value)
@@ -58,7 +58,7 @@ def test_absolute_path_rejects(value):
         vc.absolute_path("p", value)
 
 
-@pytest.mark.parametrize("value", [True, "1.5", -1, 70000, None])
+@pytest.mark.parametrize("value", [True, "1.5", -1, 70000, None, "80\n", " 80"])
 def test_port_rejects(value):
     with pytest.raises(ValueError, match="^port: "):
         vc.port("port", value)
@@ -88,3 +88,8 @@ def test_text_never_passes_control_characters(value):
         assert str(exc).startswith("v: ") and "\n" not in str(exc)
     else:
         assert not any(ord(c) < 32 or ord(c) == 127 for c in value) and value
+
+
+def test_url_path_refuses_quotes():
+    with pytest.raises(ValueError, match="^u: must be an HTTP path"):
+        vc.url_path("u", "/health'x")

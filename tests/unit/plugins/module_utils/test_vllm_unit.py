@@ -10,6 +10,7 @@ sits on), not with a second copy of the binding rule.
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -140,8 +141,8 @@ def test_by_node_comes_from_the_plan_not_from_other_fields():
 
 def test_options_file_and_shutdown_timeout():
     instance = PLANS[0][2]["instances"][0]
-    result = vllm_unit.host_units([instance], dict(VARIABLES, vllm_extra_args={"max-model-len": 8192},
-                                                  vllm_shutdown_timeout=0))
+    variables = dict(VARIABLES, vllm_extra_args={"max-model-len": 8192}, vllm_shutdown_timeout=0)
+    result = vllm_unit.host_units([instance], variables)
     argv = result["units"][0]["argv"]
     assert argv[-2:] == ["--config", "/etc/vllm/gpufleet-%s.yaml" % instance["name"]]
     assert "--shutdown-timeout" not in argv
@@ -182,7 +183,7 @@ def test_readiness_and_gpu_preparation_are_part_of_the_unit():
     ("::", "http://[::1]:8000/health"), ("fd00::5", "http://[fd00::5]:8000/health"),
     ("10.0.0.7", "http://10.0.0.7:8000/health")])
 def test_health_is_asked_where_the_instance_listens(listen, url):
-    unit = vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_listen_host=listen))["units"][0]
+    unit = vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_listen_host=listen, vllm_api_key="sk-test"))["units"][0]
     assert unit["health_url"] == url
     assert unit["exec_start_post"][0][1][1] == url
 
@@ -244,8 +245,8 @@ BAD_VARIABLES = [
     ({"vllm_version": "1.0 --index-url=http://x"}, "vllm_version: must be a version"),
     ({"vllm_python": "-c"}, "vllm_python: must be a program name or path"),
     ({"vllm_packages": ["numactl", "-y"]}, "vllm_packages[1]: must be a package name"),
-    ({"vllm_api_key": "sk-secret\nX=1"}, "vllm_api_key: must be a string on one line without control characters "
-                                          "(value hidden)"),
+    ({"vllm_api_key": "sk-secret\nX=1"},
+     "vllm_api_key: must be a string on one line without control characters (value hidden)"),
     ({"vllm_hardening": {"ExecStartPre": "/bin/sh"}}, "vllm_hardening key: must be a sandboxing directive"),
     ({"vllm_hardening": {"User": "root"}}, "vllm_hardening key: must be a sandboxing directive"),
     ({"vllm_hardening": {"PrivateTmp": "yes\nUser=root"}}, "vllm_hardening.PrivateTmp: must not contain control"),
@@ -264,11 +265,19 @@ BAD_VARIABLES = [
     ({"vllm_gateway_backends": [{"name": "a b"}]}, "vllm_gateway_backends[0].name: must be 1-64 letters"),
     ({"vllm_gateway_backends": [{"name": "a", "backend": "x\ny"}]},
      "vllm_gateway_backends[0].backend: must not contain control"),
+    # Beyond loopback, a key or an explicit opt-out.
+    ({"vllm_listen_host": "10.0.0.5"}, "vllm_api_key: is required when vllm_listen_host is not a loopback address"),
+    ({"vllm_listen_host": "0.0.0.0", "vllm_api_key": ""}, "vllm_api_key: is required when vllm_listen_host"),
+    ({"vllm_listen_host": "gpu-a.internal"}, "vllm_api_key: is required when vllm_listen_host"),
+    ({"vllm_listen_host": "10.0.0.5", "vllm_allow_unauthenticated": "maybe"},
+     "vllm_allow_unauthenticated: must be a boolean"),
 ]
 
 
-@pytest.mark.parametrize("changes,message", BAD_VARIABLES, ids=[m.split(":")[0] + "-%d" % i
-                                                               for i, (c, m) in enumerate(BAD_VARIABLES)])
+BAD_VARIABLE_IDS = [m.split(":")[0] + "-%d" % i for i, (c, m) in enumerate(BAD_VARIABLES)]
+
+
+@pytest.mark.parametrize("changes,message", BAD_VARIABLES, ids=BAD_VARIABLE_IDS)
 def test_bad_variable_is_refused_naming_it_and_the_rule(changes, message):
     with pytest.raises(ValueError) as info:
         vllm_unit.host_units([INSTANCE], dict(VARIABLES, **changes))
@@ -304,6 +313,20 @@ def test_bad_instance_is_refused_naming_the_field(instances, message):
     assert str(info.value).startswith(message), str(info.value)
 
 
+@pytest.mark.parametrize("changes", [
+    {"vllm_listen_host": "127.0.0.1"}, {"vllm_listen_host": "127.0.0.2"}, {"vllm_listen_host": "::1"},
+    {"vllm_listen_host": "localhost"},
+    {"vllm_listen_host": "10.0.0.5", "vllm_api_key": "sk-secret"},
+    {"vllm_listen_host": "0.0.0.0", "vllm_allow_unauthenticated": True},
+])
+def test_loopback_key_or_opt_out_lets_an_instance_listen(changes):
+    units = vllm_unit.host_units([INSTANCE], dict(VARIABLES, **changes))
+    argv = units["units"][0]["argv"]
+    assert argv[argv.index("--host") + 1] == changes["vllm_listen_host"]
+    # The key reaches secrets.env only, never the command line.
+    assert "sk-secret" not in repr(units["units"])
+
+
 def test_reason_cannot_add_lines_or_continue_the_comment():
     unit = vllm_unit.host_units([dict(INSTANCE, reason="a\nExecStartPre=/bin/sh\\")], VARIABLES)["units"][0]
     assert unit["header"].endswith("a ExecStartPre=/bin/sh") and "\n" not in unit["header"]
@@ -313,7 +336,7 @@ def test_missing_programs_are_named_unless_the_role_installs_them():
     # What find (file_type any) reports: numactl is there but not executable.
     found = [{"path": "/opt/vllm/bin/vllm", "isreg": True, "xusr": True},
              {"path": "/usr/bin/numactl", "isreg": True, "xusr": False, "xgrp": False, "xoth": False}]
-    variables = dict(VARIABLES, vllm_install=False, existing=found, host="gpu-a")
+    variables = dict(VARIABLES, vllm_install=False, vllm_download_weights=False, existing=found, host="gpu-a")
     with pytest.raises(ValueError, match=r"^vllm_numactl: /usr/bin/numactl does not exist or is not executable "
                                          r"on gpu-a: install numactl"):
         vllm_unit.host_units([INSTANCE], variables)
@@ -342,3 +365,112 @@ def test_what_already_matches_is_marked_so_the_role_skips_it():
     assert files == {"secrets.env": (True, "abc"), "gpufleet-vllm-0.service": (False, "def")}
     assert result["checker"] == {"path": "/usr/local/libexec/gpufleet/gpufleet-verify-unit", "as_planned": True,
                                  "checksum": "123"}
+
+
+# --- model weights before start ---------------------------------------------
+
+SNAPSHOTS = "/var/lib/vllm/hf/hub/models--meta-llama--Llama-3.1-70B-Instruct/snapshots"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def environment_of(variables):
+    return dict(vllm_unit.host_units([INSTANCE], variables)["units"][0]["environment"])
+
+
+@pytest.mark.parametrize("model, source", [
+    ("meta-llama/Llama-3.1-70B-Instruct", "hub"), ("gpt2", "hub"), ("Qwen/Qwen2.5-0.5B", "hub"),
+    ("/srv/models/llama", "path"), ("/", "path"),
+    ("org/sub/name", "other"), ("./models/llama", "other"), ("org--x/name", "other"), ("-org/name", "other"),
+    ("org/name.", "other"), ("org/na..me", "other"), ("org name/x", "other"), ("", "other"),
+])
+def test_model_source_tells_hub_ids_from_paths(model, source):
+    assert vllm_unit.model_source(model) == source
+
+
+def test_hub_models_are_downloaded_and_served_offline():
+    result = vllm_unit.host_units([INSTANCE], dict(VARIABLES, existing=[], vllm_install=True, host="gpu-a"))
+    download = result["download"]
+    assert download["needed"] is True
+    assert download["folder"] == SNAPSHOTS[:-len("/snapshots")]
+    assert download["snapshots"] == SNAPSHOTS
+    assert download["python"] == "/opt/vllm/bin/python"
+    assert (download["timeout"], download["poll"], download["ignore_patterns"]) == (14400, 10, ["original/*"])
+    assert environment_of(VARIABLES)["HF_HUB_OFFLINE"] == "1"
+    # Without the step, vLLM downloads on start as before: no offline flag.
+    off = dict(VARIABLES, vllm_download_weights=False)
+    assert "HF_HUB_OFFLINE" not in environment_of(off)
+    assert vllm_unit.host_units([INSTANCE], off)["download"]["needed"] is False
+    # ...and the operator may set it for a cache seeded by hand.
+    assert environment_of(dict(off, vllm_environment={"HF_HUB_OFFLINE": "1"}))["HF_HUB_OFFLINE"] == "1"
+    with pytest.raises(ValueError, match=r"^vllm_environment key: must not set HF_HUB_OFFLINE while "
+                                         r"vllm_download_weights is true"):
+        vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_environment={"HF_HUB_OFFLINE": "0"}))
+
+
+def test_local_paths_are_neither_downloaded_nor_offline():
+    variables = dict(VARIABLES, vllm_model="/srv/models/llama", existing=[], vllm_install=False, host="gpu-a")
+    result = vllm_unit.host_units([INSTANCE], dict(variables, existing=[
+        {"path": "/opt/vllm/bin/vllm", "isreg": True, "xusr": True},
+        {"path": "/usr/bin/numactl", "isreg": True, "xusr": True}]))
+    assert result["download"]["needed"] is False
+    assert result["download"]["reason"] == "the model is a local path"
+    assert "HF_HUB_OFFLINE" not in dict(result["units"][0]["environment"])
+
+
+def test_a_model_that_is_neither_hub_id_nor_path_is_refused_while_downloading():
+    with pytest.raises(ValueError, match=r"^vllm_model: must be a Hugging Face repository id \(ORG/NAME\) or an "
+                                         r"absolute path while vllm_download_weights is true.*'models/a/b'"):
+        vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_model="models/a/b"))
+    vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_model="models/a/b", vllm_download_weights=False))
+
+
+@pytest.mark.parametrize("entry", [{"isdir": True}, {"islnk": True}])
+def test_a_snapshot_in_the_cache_skips_the_download(entry):
+    found = [dict(entry, path=SNAPSHOTS + "/" + COMMIT)]
+    result = vllm_unit.host_units([INSTANCE], dict(VARIABLES, existing=found, vllm_install=True))
+    assert result["download"]["needed"] is False
+    assert result["download"]["reason"] == "already in the cache (%s/%s)" % (SNAPSHOTS, COMMIT)
+    # Still served offline: the weights are local.
+    assert dict(result["units"][0]["environment"])["HF_HUB_OFFLINE"] == "1"
+
+
+@pytest.mark.parametrize("found", [
+    [],  # nothing cached
+    [{"path": SNAPSHOTS, "isdir": True}],  # the snapshots folder alone
+    [{"path": SNAPSHOTS + "/" + COMMIT, "isreg": True}],  # not a folder
+    [{"path": SNAPSHOTS + "/" + COMMIT + "/config.json", "isreg": True}],  # deeper
+    [{"path": SNAPSHOTS.replace("70B", "8B") + "/" + COMMIT, "isdir": True}],  # another model
+])
+def test_anything_but_a_snapshot_folder_downloads(found):
+    result = vllm_unit.host_units([INSTANCE], dict(VARIABLES, existing=found, vllm_install=True))
+    assert result["download"]["needed"] is True
+
+
+def test_no_python_for_the_download_is_named_with_the_host():
+    programs = [{"path": "/srv/vllm", "isreg": True, "xusr": True},
+                {"path": "/usr/bin/numactl", "isreg": True, "xusr": True}]
+    variables = dict(VARIABLES, vllm_executable="/srv/vllm", existing=programs, host="gpu-a")
+    with pytest.raises(ValueError, match=r"^vllm_download_python: /opt/vllm/bin/python does not exist or is not "
+                                         r"executable on gpu-a, and meta-llama/Llama-3.1-70B-Instruct is not in "):
+        vllm_unit.host_units([INSTANCE], variables)
+    python = {"path": "/usr/bin/python3", "isreg": True, "xusr": True}
+    result = vllm_unit.host_units([INSTANCE], dict(variables, existing=programs + [python],
+                                                   vllm_download_python="/usr/bin/python3"))
+    assert result["download"]["needed"] is True
+    # Cached: no Python needed.
+    cached = {"path": SNAPSHOTS + "/" + COMMIT, "isdir": True}
+    result = vllm_unit.host_units([INSTANCE], dict(variables, existing=programs + [cached]))
+    assert result["download"]["needed"] is False
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("vllm_download_weights", "maybe", "vllm_download_weights: must be"),
+    ("vllm_download_python", "python3", "vllm_download_python: must be an absolute path"),
+    ("vllm_download_timeout", 0, "vllm_download_timeout: must be"),
+    ("vllm_download_poll", 0, "vllm_download_poll: must be"),
+    ("vllm_download_ignore_patterns", "original/*", "vllm_download_ignore_patterns: must be a list"),
+    ("vllm_download_ignore_patterns", ["a\nb"], "vllm_download_ignore_patterns[0]: must not contain control"),
+])
+def test_download_variables_are_checked(name, value, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        vllm_unit.host_units([INSTANCE], dict(VARIABLES, **{name: value}))

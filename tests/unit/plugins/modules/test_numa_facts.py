@@ -136,7 +136,7 @@ def test_numa_facts_ansible_doc_renders(name):
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
     doc = list(json.loads(proc.stdout).values())[0]
     assert set(doc["doc"]["options"]) == {"root", "record", "capture", "capture_max_bytes", "nvml", "nvidia_smi",
-                                          "nvidia_smi_timeout"}
+                                          "nvidia_smi_timeout", "cgroup_slice"}
     assert "numa_topology" in doc["return"]["ansible_facts"]["contains"]
 
 
@@ -193,6 +193,27 @@ def test_numa_facts_module_missing_root_fails_naming_it(tmp_path):
     rc, result = ad_hoc("numa_facts", "root=%s" % (tmp_path / "gone"))
     assert rc != 0
     assert result["msg"] == "numa_facts: root %s does not exist" % (tmp_path / "gone")
+
+
+def test_numa_facts_module_bad_cgroup_slice_fails_naming_it():
+    rc, result = ad_hoc("numa_facts", "cgroup_slice=../../etc")
+    assert rc != 0
+    assert result["msg"] == "numa_facts: cgroup_slice: must not contain '..' (got '/../../etc')"
+
+
+def test_numa_facts_action_replay_reads_the_given_slice(tmp_path):
+    path = os.path.join(MACHINES, "mi300x_8gpu_lxc_cpuset", "capture.yml")
+    with open(path) as handle:
+        text = handle.read()
+    # the same container, its services in vllm.slice, which has a cpuset of its own
+    copy = tmp_path / "capture.yml"
+    copy.write_text(text.replace("files:\n", 'files:\n  /sys/fs/cgroup/vllm.slice/cpuset.cpus.effective: "0-7,112-119"\n', 1))
+    rc, result = ad_hoc("numa_facts", "capture=%s cgroup_slice=vllm.slice" % copy)
+    assert rc == 0, result
+    assert [n["usable_cpus"] for n in result["ansible_facts"]["numa_topology"]["numa_nodes"]] == ["0-7,112-119", ""]
+    rc, result = ad_hoc("numa_facts", "capture=%s" % copy)
+    assert [n["usable_cpus"] for n in result["ansible_facts"]["numa_topology"]["numa_nodes"]] == [
+        "0-14,112-126", "56-71,168-183"]
 
 
 def test_numa_facts_action_replay_warnings_are_ansible_warnings():
