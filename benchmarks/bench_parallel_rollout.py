@@ -132,6 +132,7 @@ def setup(work, hosts, per_host, startup):
             "vllm_executable": STUB,
             "vllm_binding": "systemd",
             "vllm_nvidia_modprobe": "",
+            "vllm_download_weights": False,
             "vllm_extra_args": {"stub-startup-delay": startup},
             "vllm_health_delay": 1,
             "vllm_unit_dir": units,

@@ -32,8 +32,10 @@ import threading
 
 import jinja2
 import pytest
+import yaml
 
 from fleet_processes import ProcessGroup, free_port, http_request, wait_for_health, wait_until
+from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 STUB = REPO / "tests" / "stub" / "vllm-stub"
@@ -44,6 +46,7 @@ TEMPLATE = REPO / "roles" / "gateway" / "templates" / "haproxy.cfg.j2"
 HAPROXY = "/usr/sbin/haproxy"
 ADDRESS = "127.0.0.32"
 MODEL = "m"
+BACKEND = "model-m"  # gateway_settings.backend_name of model m
 
 
 @pytest.fixture
@@ -103,28 +106,32 @@ def test_wait_ready_usage(argv):
 # --- HAProxy and its runtime API -------------------------------------------
 
 def render_gateway(tmp_path, servers, retries=True):
-    """The gateway role's own template with the settings a test needs."""
-    settings = {
-        "log_target": "", "chroot": "", "admin_socket": str(tmp_path / "admin.sock"), "admin_socket_group": "", "user": "", "group": "", "maxconn": 256, "retries": 2,
-        "timeout_connect": "2s", "timeout_client": "60s", "timeout_server": "60s", "timeout_tunnel": "60s",
-        "timeout_http_request": "10s", "timeout_http_keep_alive": "10s", "timeout_queue": "30s",
-        "listen_socket": "%s:%d" % (ADDRESS, free_port(ADDRESS)), "monitor_uri": "", "balance": "roundrobin",
-        "check_path": "/health", "check_interval": "200ms", "check_fall": 2, "check_rise": 1, "server_maxconn": 0,
-        "backends": [{"name": name, "socket": "%s:%d" % (ADDRESS, port), "host": ""} for name, port in servers],
-        "stats_port": 0, "stats_socket": "", "stats_uri": "",
-    }
+    """The gateway role's own template with its own settings check
+    (gpufleet.numa.gateway_settings) over the role's defaults and what a test
+    needs: HAProxy in the foreground as this user, the runtime API socket
+    in TMP_PATH, quick checks, one model served by SERVERS [(name, port)]."""
+    defaults = yaml.safe_load((REPO / "roles" / "gateway" / "defaults" / "main.yml").read_text())
+    variables = {key: defaults[key] for key in gateway_settings.VARIABLES if key in defaults}
+    variables.update({
+        "gateway_log_target": "", "gateway_chroot": "", "gateway_user": "", "gateway_group": "",
+        "gateway_admin_socket": str(tmp_path / "admin.sock"), "gateway_listen_address": ADDRESS,
+        "gateway_listen_port": free_port(ADDRESS), "gateway_monitor_uri": "", "gateway_balance": "roundrobin",
+        "gateway_check_interval": "200ms", "gateway_check_fall": 2, "gateway_check_rise": 1,
+        "gateway_timeout_connect": "2s",
+        "gateway_backends": [{"name": name, "host": "h", "address": ADDRESS, "port": port, "model": MODEL,
+                              "backend": BACKEND} for name, port in servers],
+    })
+    settings = gateway_settings.check_settings(variables)
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
     environment.filters["comment"] = lambda text: "# " + text
     text = environment.from_string(TEMPLATE.read_text()).render(__gateway=settings, ansible_managed="test")
     if not retries:
-        text = "\n".join(line for line in text.splitlines()
-                         if "retry-on" not in line and "http-buffer-request" not in line) + "\n"
+        text = "\n".join(line for line in text.splitlines() if "retry-on" not in line) + "\n"
     config = tmp_path / "haproxy.cfg"
     config.write_text(text)
     check = run([HAPROXY, "-c", "-f", config])
     assert check.returncode == 0, check.stdout + check.stderr
-    host, port = settings["listen_socket"].rsplit(":", 1)
-    return config, settings["admin_socket"], int(port)
+    return config, settings["admin_socket"], settings["listen_port"]
 
 
 def start_gateway(processes, tmp_path, servers, retries=True):
@@ -143,7 +150,7 @@ def show_stat(socket_path, server):
         text = b"".join(iter(lambda: conn.recv(65536), b"")).decode()
     lines = text.splitlines()
     for row in csv.DictReader([lines[0][2:]] + lines[1:]):
-        if row["pxname"] == "vllm" and row["svname"] == server:
+        if row["pxname"] == BACKEND and row["svname"] == server:
             return row
     return {}
 
@@ -159,7 +166,7 @@ def session_count(socket_path, server):
     return int(show_stat(socket_path, server).get("scur") or 0)
 
 
-def gateway_server(socket_path, server, action, seconds=30, backend="vllm"):
+def gateway_server(socket_path, server, action, seconds=30, backend=BACKEND):
     result = run([GATEWAY_SERVER, socket_path, backend, server, action, seconds], timeout=seconds + 30)
     answer = json.loads(result.stdout) if result.stdout.strip() else None
     return result.returncode, answer, result.stderr
