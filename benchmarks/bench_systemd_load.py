@@ -16,16 +16,30 @@ completion at a time with PAUSE seconds between them and at most
 
 1. steady: nothing happens (a baseline);
 2. roll: `molecule converge` with a changed role variable (vllm_environment
-   gets GPUFLEET_BENCH_ROLL=<time>), which rewrites every unit: the role
-   restarts each instance in turn, health-gated, both boxes in parallel;
+   gets GPUFLEET_BENCH_ROLL=<time>), which rewrites every unit: each box
+   restarts its instances one at a time, both boxes at once; each instance
+   is drained on the gateway first (HAProxy runtime API) and put back once
+   HAProxy has it UP again;
 3. kill: `kill -9` of one instance's main process (gpu-b, first unit);
    systemd restarts it after RestartSec, the gateway's checks take it out
-   and put it back.
+   and put it back; the requests it was serving are replayed on another
+   instance (the gateway's L7 retries).
 
 For each phase it prints the requests sent, failed (by kind), the longest
 stall (the longest time in which no request completed successfully) and
 the slowest request. Prints figures, asserts nothing. The last roll leaves
 GPUFLEET_BENCH_ROLL in the units; `molecule converge` restores them.
+
+Figures (this 2-core machine, shared, default options; 4 instances):
+
+    before drain and L7 retries: roll  ~7,000 sent, 3-4 failed (HTTP 502, SH--)
+                                 kill  0 failed (connection retries, redispatch)
+    with them:  steady  5.0 s  sent  368  failed 0  longest stall 0.06 s
+                roll   34.8 s  sent 2437  failed 0  longest stall 0.06 s  (converge 32.8 s; 4 of 4 restarted)
+                kill   26.3 s  sent 1948  failed 0  longest stall 0.06 s  (NRestarts=1, active)
+
+The Molecule scenario asserts the same (verify.yml: 0 failed requests
+during a roll and a kill -9).
 """
 
 from __future__ import annotations

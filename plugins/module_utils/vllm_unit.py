@@ -15,6 +15,21 @@ as the plan computed it: by_node true binds by node (numactl
 policy is --membind=MEMS or --interleave=MEMS. With vllm_binding systemd
 the same values become CPUAffinity=, NUMAPolicy= and NUMAMask=.
 
+Readiness: vLLM cannot tell systemd when it serves, so the unit's
+ExecStartPost= runs the shipped gpufleet-wait-ready, which polls the
+instance's /health for up to vllm_engine_ready_timeout seconds: `systemctl
+start` returns when the instance serves, a model that never loads is a
+failed start, and units ordered after it start after it is ready. Before
+start, ExecStartPre=-+ runs nvidia-modprobe (with full privileges, which
+NoNewPrivileges= and ProtectKernelModules= deny the service itself) so that
+nvidia-uvm and its device nodes exist; the `-` makes a host without it
+harmless. The NVIDIA services are wanted and ordered before the unit
+(a Wants= of a unit that does not exist is ignored).
+
+Draining: each unit names the gateway servers in front of it (vllm_gateways,
+vllm_gateway_backends): the role drains them on each gateway's HAProxy
+runtime socket before the instance stops and readies them after /health.
+
 Every value that reaches a unit, an option file or a command line passes a
 check of plugins/module_utils/value_checks.py first; errors are ValueError
 naming the variable (or vllm_instances[i] and the field) and the rule.
@@ -25,6 +40,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
 
@@ -46,6 +62,14 @@ RESERVED_DIRECTIVES = (
     "NUMAMask", "NUMAPolicy", "ReadWritePaths", "Restart", "RestartSec", "SyslogIdentifier",
     "TimeoutStartSec", "TimeoutStopSec", "Type", "User", "WorkingDirectory",
 )
+# Services a GPU unit waits for where they exist (persistence daemon; the
+# fabric manager of NVSwitch systems).
+NVIDIA_SERVICES = ("nvidia-persistenced.service", "nvidia-fabricmanager.service")
+# HAProxy backend of gateway_backends entries without a `backend` field.
+DEFAULT_GATEWAY_BACKEND = "vllm"
+# Helper programs the role installs into vllm_libexec_dir (roles/vllm/files).
+CHECKER = "gpufleet-verify-unit"
+WAIT_READY = "gpufleet-wait-ready"
 
 # Opt-in sandboxing on top of vllm_hardening (vllm_hardening_strict). The
 # device allow-list keeps every NVIDIA node: nvidiactl and nvidia[0-9]* are
@@ -158,6 +182,8 @@ def check_variables(variables):
     for name in PATH_VARIABLES:
         out[name] = vc.absolute_path(name, v.get(name))
     out["vllm_executable"] = vc.absolute_path("vllm_executable", v.get("vllm_executable", ""), allow_empty=True)
+    out["vllm_nvidia_modprobe"] = vc.absolute_path("vllm_nvidia_modprobe", v.get(
+        "vllm_nvidia_modprobe", "/usr/bin/nvidia-modprobe"), allow_empty=True)
     out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", v.get("vllm_unit_prefix", "gpufleet-"), _UNIT_PREFIX,
                                       "must be [A-Za-z0-9_.-], not starting with '.' or '-'", allow_empty=True)
     out["vllm_user"] = vc.account("vllm_user", v.get("vllm_user", "vllm"))
@@ -190,7 +216,8 @@ def check_variables(variables):
 
     # name: (role default, least value)
     ints = {"vllm_engine_ready_timeout": (600, 1), "vllm_shutdown_timeout": (30, 0), "vllm_restart_sec": (10, 0),
-            "vllm_limit_nofile": (65536, 1), "vllm_health_timeout": (3600, 1), "vllm_health_delay": (10, 1)}
+            "vllm_limit_nofile": (65536, 1), "vllm_health_timeout": (3600, 1), "vllm_health_delay": (10, 1),
+            "vllm_drain_timeout": (60, 0)}
     for name, (default, minimum) in ints.items():
         out[name] = vc.integer(name, v.get(name, default), minimum, 10 ** 9)
     out["vllm_timeout_start_sec"] = vc.integer("vllm_timeout_start_sec", v.get(
@@ -249,7 +276,52 @@ def check_variables(variables):
             for item in value if isinstance(value, list) else [value]:
                 hardening.append([key, item])
     out["vllm_hardening"] = hardening
+    out["vllm_gateways"], out["vllm_gateway_backends"] = _gateways(
+        v.get("vllm_gateways", {}), v.get("vllm_gateway_backends", []))
     return out
+
+
+def _gateways(gateways, backends):
+    """vllm_gateways {inventory host: admin socket path ('' skips it)} and
+    vllm_gateway_backends (gateway_backends entries: name, host, backend)."""
+    checked = {}
+    for host, socket in sorted(_mapping("vllm_gateways", gateways if gateways is not None else {}).items()):
+        host = vc.text("vllm_gateways key", host if isinstance(host, str) else repr(host),
+                       gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
+        socket = vc.absolute_path("vllm_gateways.%s" % host, socket if socket is not None else "", allow_empty=True)
+        if socket:
+            checked[host] = socket
+    servers = []
+    for i, entry in enumerate(_list("vllm_gateway_backends", backends if backends is not None else [])):
+        where = "vllm_gateway_backends[%d]" % i
+        entry = _mapping(where, entry)
+        if "name" not in entry:
+            vc.fail(where, "lacks name (gateway_backends entries carry it)", entry)
+        server = vc.text(where + ".name", entry["name"], gateway_settings.SERVER_NAME,
+                         gateway_settings.SERVER_NAME_RULE)
+        host = vc.text(where + ".host", entry.get("host", ""), allow_empty=True)
+        backend = vc.text(where + ".backend", entry.get("backend") or DEFAULT_GATEWAY_BACKEND,
+                          gateway_settings.SERVER_NAME, "must be an HAProxy backend name of [A-Za-z0-9_.:-]")
+        servers.append({"host": host, "server": server, "backend": backend})
+    return checked, servers
+
+
+def health_url(host, port):
+    """Where the role and the unit ask for /health: wildcard listen
+    addresses are reached over loopback, IPv6 addresses in brackets."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return "http://%s:%d/health" % ("[%s]" % host if ":" in host else host, port)
+
+
+def drain_targets(instance_name, v, inventory_host):
+    """The gateway servers of one instance: (gateway host, socket, backend,
+    server) for every gateway with a socket and every gateway_backends entry
+    named <inventory host>-<instance> (the server name gateway_backends gives)."""
+    name = "%s-%s" % (inventory_host, instance_name)
+    return [{"gateway": gateway, "socket": socket, "backend": entry["backend"], "server": entry["server"]}
+            for gateway, socket in sorted(v["vllm_gateways"].items())
+            for entry in v["vllm_gateway_backends"]
+            if entry["server"] == name and entry["host"] in ("", inventory_host)]
 
 
 def check_instance(index, instance):
@@ -322,7 +394,7 @@ def _join(values):
     return ",".join(str(v) for v in values)
 
 
-def instance_unit(inst, v):
+def instance_unit(inst, v, inventory_host="this host"):
     """The argv, environment and directives of one instance's unit."""
     mems = _join(inst["mems"])
     unit = v["vllm_unit_prefix"] + inst["name"]
@@ -357,9 +429,23 @@ def instance_unit(inst, v):
         ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
         ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
     ] + offline_environment(v) + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
+    url = health_url(v["vllm_listen_host"], inst["port"])
+    # [prefix, argv]: `-` ignores a failure (a host without the program),
+    # `+` runs it with full privileges, outside the sandbox.
+    exec_start_pre = []
+    if v["vllm_nvidia_modprobe"]:
+        exec_start_pre.append(["-+", [v["vllm_nvidia_modprobe"], "-u", "-c=0"]])
+    exec_start_post = [["", ["%s/%s" % (v["vllm_libexec_dir"], WAIT_READY), url,
+                             str(v["vllm_engine_ready_timeout"])]]]
     return {
         "name": inst["name"],
         "unit": unit + ".service",
+        "wants": ["network-online.target"] + list(NVIDIA_SERVICES),
+        "after": ["network-online.target"] + list(NVIDIA_SERVICES),
+        "exec_start_pre": exec_start_pre,
+        "exec_start_post": exec_start_post,
+        "health_url": url,
+        "drain": drain_targets(inst["name"], v, inventory_host),
         "user": v["vllm_user"],
         "group": v["vllm_group"],
         "working_directory": v["vllm_state_dir"],
@@ -511,12 +597,15 @@ def host_units(instances, variables):
     """Check the role's variables and this host's instances; return what the role writes:
 
     {units: [per instance: name, unit, path, header, description, command,
-     options, argv, environment, numa, config, port], unit_names,
+     options, argv, environment, numa, config, port, wants, after,
+     exec_start_pre, exec_start_post ([prefix, argv] each), health_url,
+     drain (gateway servers)], unit_names,
      config_names, files (template items in write order), directories,
-     executables, variables (checked)}.
+     executables, checker, helpers (programs installed into vllm_libexec_dir),
+     variables (checked)}.
     """
     v = check_variables(dict(variables, vllm_instances=instances))
-    units = [instance_unit(inst, v) for inst in check_instances(instances)]
+    units = [instance_unit(inst, v, variables.get("host", "this host")) for inst in check_instances(instances)]
     state_dirs = _unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])
     directories = []
     for path in [v["vllm_config_dir"], v["vllm_unit_dir"], v["vllm_libexec_dir"]]:
@@ -559,10 +648,13 @@ def host_units(instances, variables):
         entry["as_planned"] = _as_planned(found, "isreg", entry["mode"], *(
             (v["vllm_user"], v["vllm_group"]) if entry["secret"] else (None, None)))
         entry["checksum"] = (found or {}).get("checksum", "")
-    checker_path = v["vllm_libexec_dir"] + "/gpufleet-verify-unit"
-    found = existing.get(checker_path)
-    checker = {"path": checker_path, "as_planned": _as_planned(found, "isreg", "0755"),
-               "checksum": (found or {}).get("checksum", "")}
+    helpers = []
+    for name in (CHECKER, WAIT_READY):
+        path = "%s/%s" % (v["vllm_libexec_dir"], name)
+        found = existing.get(path)
+        helpers.append({"src": name, "path": path, "as_planned": _as_planned(found, "isreg", "0755"),
+                        "checksum": (found or {}).get("checksum", "")})
+    checker = dict((key, helpers[0][key]) for key in ("path", "as_planned", "checksum"))
     return {
         "units": units,
         "unit_names": [u["unit"] for u in units],
@@ -572,6 +664,7 @@ def host_units(instances, variables):
         "state_dirs": state_dirs,
         "executables": executables,
         "checker": checker,
+        "helpers": helpers,
         "install": install,
         "download": download,
         "manage_service": v["manage_service"],

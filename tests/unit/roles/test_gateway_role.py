@@ -406,6 +406,16 @@ def test_gateway_role_defaults_render_golden_config(examples):
     assert "    bind 0.0.0.0:8080\n" in text
 
 
+def test_gateway_role_replays_requests_an_instance_dropped(examples):
+    """L7 retries in the defaults section, with the body buffered so that
+    HAProxy can replay it; `haproxy -c` accepts them (the test above)."""
+    text = examples["configs"]["defaults"].read_text()
+    defaults = text.split("\ndefaults\n", 1)[1].split("\nfrontend ", 1)[0]
+    assert "    option http-buffer-request\n" in defaults
+    assert "    retry-on conn-failure empty-response response-timeout\n" in defaults
+    assert "    option redispatch\n" in defaults
+
+
 def section(text, header):
     """The lines of one section of a configuration, up to the next blank line."""
     return text.split("\n" + header + "\n", 1)[1].split("\n\n", 1)[0]

@@ -16,9 +16,19 @@ script module; only Python 3's standard library is needed).
         INSTANCE (address:port, as the stand-in names itself in
         X-Stub-Instance) has answered, or SECONDS have passed. Reports the
         answers per instance and the failures.
+
+    probe.py load URL MODEL STOPFILE SECONDS THREADS
+        A bounded loopback client: THREADS loops POST one non-streamed
+        completion at a time to URL (the gateway), each held about 0.1 s
+        in flight by the stand-in, until STOPFILE exists or SECONDS have
+        passed. Reports the requests sent, the failed ones (first few
+        errors), and the answers per instance. verify.yml runs it on the
+        controller (the boxes share its loopback) while the fleet rolls
+        and while an instance is killed.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -109,9 +119,52 @@ def gateway(url, model, seconds, instances):
     return {"sent": sent, "answers": answers, "failures": failures}
 
 
+def load(url, model, stopfile, seconds, threads):
+    import threading
+
+    body = json.dumps({"model": model, "prompt": "load", "max_tokens": 4, "stub_token_delay": 0.025}).encode()
+    lock = threading.Lock()
+    tally = {"sent": 0, "failed": 0, "failures": [], "answers": {}}
+    deadline = time.monotonic() + seconds
+
+    def loop():
+        while time.monotonic() < deadline and not os.path.exists(stopfile):
+            request = urllib.request.Request(url + "/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            error = None
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    json.load(answer)
+                    name = answer.headers.get("X-Stub-Instance")
+            except urllib.error.HTTPError as failure:
+                error = "HTTP %d" % failure.code
+            except (OSError, ValueError) as failure:
+                error = str(failure)
+            with lock:
+                tally["sent"] += 1
+                if error:
+                    tally["failed"] += 1
+                    if len(tally["failures"]) < 10:
+                        tally["failures"].append(error)
+                else:
+                    tally["answers"][name] = tally["answers"].get(name, 0) + 1
+            time.sleep(0.02)
+
+    workers = [threading.Thread(target=loop) for dummy in range(threads)]
+    started = time.monotonic()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    tally["seconds"] = round(time.monotonic() - started, 1)
+    return tally
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "units":
         result = units(argv[1], argv[2:])
+    elif len(argv) == 6 and argv[0] == "load":
+        result = load(argv[1], argv[2], argv[3], float(argv[4]), int(argv[5]))
     elif len(argv) >= 4 and argv[0] == "gateway":
         result = gateway(argv[1], argv[2], float(argv[3]), argv[4:])
     else:

@@ -164,6 +164,49 @@ def test_strict_hardening_adds_to_the_syscall_filter():
         assert call not in denied
 
 
+def test_readiness_and_gpu_preparation_are_part_of_the_unit():
+    unit = vllm_unit.host_units([dict(INSTANCE, port=8123)], dict(VARIABLES, vllm_engine_ready_timeout=42,
+                                                                  vllm_timeout_start_sec=100))["units"][0]
+    assert unit["exec_start_post"] == [["", ["/usr/local/libexec/gpufleet/gpufleet-wait-ready",
+                                             "http://127.0.0.1:8123/health", "42"]]]
+    # Full privileges (+) to load nvidia-uvm and make the device nodes; a
+    # failure, a missing program included, is not one of the unit (-).
+    assert unit["exec_start_pre"] == [["-+", ["/usr/bin/nvidia-modprobe", "-u", "-c=0"]]]
+    for services in (unit["wants"], unit["after"]):
+        assert "nvidia-persistenced.service" in services and "nvidia-fabricmanager.service" in services
+    unit = vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_nvidia_modprobe=""))["units"][0]
+    assert unit["exec_start_pre"] == []
+
+
+@pytest.mark.parametrize("listen,url", [
+    ("127.0.0.1", "http://127.0.0.1:8000/health"), ("0.0.0.0", "http://127.0.0.1:8000/health"),
+    ("::", "http://[::1]:8000/health"), ("fd00::5", "http://[fd00::5]:8000/health"),
+    ("10.0.0.7", "http://10.0.0.7:8000/health")])
+def test_health_is_asked_where_the_instance_listens(listen, url):
+    unit = vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_listen_host=listen, vllm_api_key="sk-test"))["units"][0]
+    assert unit["health_url"] == url
+    assert unit["exec_start_post"][0][1][1] == url
+
+
+def test_each_instance_is_drained_on_every_gateway_with_a_socket():
+    backends = [{"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.0.0.1", "port": 8000},
+                {"name": "gpu-a-vllm-1", "host": "gpu-a", "address": "10.0.0.1", "port": 8001, "backend": "llama"},
+                {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "10.0.0.2", "port": 8000}]
+    variables = dict(VARIABLES, host="gpu-a", vllm_gateway_backends=backends,
+                     vllm_gateways={"gw-1": "/run/haproxy/admin.sock", "gw-2": "/run/h2.sock", "gw-3": ""})
+    units = vllm_unit.host_units([INSTANCE, dict(INSTANCE, name="vllm-1", port=8001, dist_port=29100)],
+                                 variables)["units"]
+    assert units[0]["drain"] == [
+        {"gateway": "gw-1", "socket": "/run/haproxy/admin.sock", "backend": "vllm", "server": "gpu-a-vllm-0"},
+        {"gateway": "gw-2", "socket": "/run/h2.sock", "backend": "vllm", "server": "gpu-a-vllm-0"}]
+    assert [(d["backend"], d["server"]) for d in units[1]["drain"]] == [("llama", "gpu-a-vllm-1")] * 2
+    # Another host's server of the same instance name is not this one's.
+    assert all(d["server"].startswith("gpu-a-") for u in units for d in u["drain"])
+    # No gateways, or no backends: nothing to drain.
+    assert vllm_unit.host_units([INSTANCE], dict(variables, vllm_gateways={}))["units"][0]["drain"] == []
+    assert vllm_unit.host_units([INSTANCE], dict(variables, vllm_gateway_backends=[]))["units"][0]["drain"] == []
+
+
 # --- hostile input: every probe names the variable and the rule ------------
 
 INSTANCE = {"name": "vllm-0", "tp_size": 2, "pp_size": 1, "gpu_indices": [0, 1], "port": 8000, "dist_port": 29000,
@@ -213,6 +256,15 @@ BAD_VARIABLES = [
     ({"vllm_health_delay": 0}, "vllm_health_delay: must be at least 1"),
     ({"vllm_manage_service": "sometimes"}, "vllm_manage_service: must be auto, true or false"),
     ({"vllm_limit_nofile": True}, "vllm_limit_nofile: must be an integer, not a boolean"),
+    ({"vllm_nvidia_modprobe": "nvidia-modprobe"}, "vllm_nvidia_modprobe: must be an absolute path"),
+    ({"vllm_drain_timeout": -1}, "vllm_drain_timeout: must be at least 0"),
+    ({"vllm_gateways": ["gw-1"]}, "vllm_gateways: must be a mapping"),
+    ({"vllm_gateways": {"gw 1": "/run/a.sock"}}, "vllm_gateways key: must be an inventory host name"),
+    ({"vllm_gateways": {"gw-1": "run/a.sock"}}, "vllm_gateways.gw-1: must be an absolute path"),
+    ({"vllm_gateway_backends": [{"host": "a"}]}, "vllm_gateway_backends[0]: lacks name"),
+    ({"vllm_gateway_backends": [{"name": "a b"}]}, "vllm_gateway_backends[0].name: must be 1-64 letters"),
+    ({"vllm_gateway_backends": [{"name": "a", "backend": "x\ny"}]},
+     "vllm_gateway_backends[0].backend: must not contain control"),
     # Beyond loopback, a key or an explicit opt-out.
     ({"vllm_listen_host": "10.0.0.5"}, "vllm_api_key: is required when vllm_listen_host is not a loopback address"),
     ({"vllm_listen_host": "0.0.0.0", "vllm_api_key": ""}, "vllm_api_key: is required when vllm_listen_host"),
