@@ -97,7 +97,7 @@ def timed(port, count, body, headers):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--prompt-kib", type=int, nargs="+", default=[0, 64])
     args = parser.parse_args()

@@ -185,15 +185,15 @@ def stop_all(state):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--instances", type=int, default=2, help="instances per host")
     parser.add_argument("--startup", type=float, default=4.0, help="seconds each instance takes to get healthy")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
     options = parser.parse_args(argv)
     t = options.startup
-    print("%5s %8s %8s %10s %10s %9s %8s %7s" % ("hosts", "roll s", "no-op s", "roll-noop", "steps s",
-                                                  "serial s", "ideal s", "ratio"))
+    titles = ("hosts", "roll s", "no-op s", "roll-noop", "steps s", "serial s", "ideal s", "ratio")
+    print("%5s %8s %8s %10s %10s %9s %8s %7s" % titles)
     for hosts in options.hosts:
         work = tempfile.mkdtemp(prefix="bench-rollout-")
         bin_dir, state = setup(work, hosts, options.instances, t)
@@ -208,8 +208,8 @@ def main(argv):
         restart = roll - noop
         serial = hosts * options.instances * t
         ideal = options.instances * t
-        print("%5d %8.1f %8.1f %10.1f %10.1f %9.1f %8.1f %6.2fx" % (hosts, roll, noop, restart, steps, serial,
-                                                                      ideal, steps / ideal))
+        row = (hosts, roll, noop, restart, steps, serial, ideal, steps / ideal)
+        print("%5d %8.1f %8.1f %10.1f %10.1f %9.1f %8.1f %6.2fx" % row)
         sys.stdout.flush()
     return 0
 

@@ -89,8 +89,9 @@ def start(unit_dir, state_dir, unit, state):
     save(state_dir, unit, state)
     for line in unit_values(sections, "Service", "ExecStartPost"):
         prefixes, argv = parse_exec_line(line, process["environment"], unit + " ExecStartPost=")
-        if subprocess.run(argv, env=process["environment"], stdout=log, stderr=subprocess.STDOUT).returncode \
-                and "-" not in prefixes:
+        status = subprocess.run(argv, env=process["environment"], stdout=log, stderr=subprocess.STDOUT,
+                                check=False).returncode
+        if status and "-" not in prefixes:
             stop(state_dir, unit, state)
             sys.stderr.write("Job for %s failed (ExecStartPost=).\n" % unit)
             return 1

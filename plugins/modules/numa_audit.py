@@ -79,13 +79,8 @@ options:
     type: str
     choices: [none, info, warning, error, critical]
     default: none
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
+extends_documentation_fragment:
+  - gpufleet.numa.read_only
 notes:
   - Reading other users' C(/proc/PID/environ) and C(numa_maps) needs privileges; run it with
     C(become=true). An unreadable process is an info finding, not a guess.

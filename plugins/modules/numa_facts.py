@@ -101,13 +101,9 @@ options:
         in that task.
     type: int
     default: 30
+extends_documentation_fragment:
+  - gpufleet.numa.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
   facts:
     support: full
     description: Sets C(ansible_facts.numa_topology).

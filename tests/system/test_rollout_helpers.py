@@ -34,7 +34,7 @@ import jinja2
 import pytest
 import yaml
 
-from fleet_processes import ProcessGroup, free_port, http_request, wait_for_health, wait_until
+from fleet_processes import free_port, http_request, wait_for_health, wait_until
 from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -47,15 +47,6 @@ HAPROXY = "/usr/sbin/haproxy"
 ADDRESS = "127.0.0.32"
 MODEL = "m"
 BACKEND = "model-m"  # gateway_settings.backend_name of model m
-
-
-@pytest.fixture
-def processes(tmp_path):
-    group = ProcessGroup(str(tmp_path))
-    try:
-        yield group
-    finally:
-        group.stop_all()
 
 
 def start_stub(processes, name, extra=(), port=None, wait=True):

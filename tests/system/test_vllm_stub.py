@@ -12,22 +12,12 @@ import subprocess
 import sys
 import threading
 
-import pytest
 
-from fleet_processes import ProcessGroup, free_port, http_request, wait_for_health, wait_until
+from fleet_processes import free_port, http_request, wait_for_health, wait_until
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist
 
 STUB = pathlib.Path(__file__).resolve().parents[2] / "tests" / "stub" / "vllm-stub"
 ADDRESS = "127.0.0.31"
-
-
-@pytest.fixture
-def processes(tmp_path):
-    group = ProcessGroup(str(tmp_path))
-    try:
-        yield group
-    finally:
-        group.stop_all()
 
 
 def start_stub(processes, args, environment=None, name="stub"):
