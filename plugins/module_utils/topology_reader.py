@@ -190,6 +190,17 @@ def _default_which(name):
     return None
 
 
+def module_which(get_bin_path):
+    """which(name) for a module: a path is taken as it is when it is an
+    executable file; a bare name is looked up with the module's own
+    get_bin_path (PATH plus the usual sbin directories)."""
+    def which(name):
+        if "/" in name:
+            return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+        return get_bin_path(name)
+    return which
+
+
 class _Refused(Exception):
     """A path below the root that must not be read (escape, loop, FIFO...)."""
 

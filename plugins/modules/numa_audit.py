@@ -377,13 +377,11 @@ capture:
   sample: {capture_version: 1, hostname: gpu-a, files: {"/proc/4242/status": "Name:\tvllm\n..."}}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.nvml import import_pynvml
 from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import C_LOCALE
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import C_LOCALE, module_which
 
 ARGUMENT_SPEC = dict(
     root=dict(type="path", default="/"),
@@ -409,11 +407,7 @@ def main():
     def runner(argv):
         return module.run_command(argv, environ_update=C_LOCALE)
 
-    def which(name):
-        if "/" in name:
-            return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-        return module.get_bin_path(name)
-
+    which = module_which(module.get_bin_path)
     pynvml = import_pynvml() if params["nvml"] else None
     try:
         facts, processes, capture = audit_gather.gather_live(

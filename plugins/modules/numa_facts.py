@@ -388,8 +388,6 @@ capture:
   sample: {capture_version: 1, hostname: gpu-a, files: {"/sys/devices/system/node/node0/cpulist": "0-1\n"}}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.nvml import import_pynvml
@@ -397,6 +395,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gath
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
     CAPTURE_MAX_BYTES,
     COMMAND_TIMEOUT,
+    module_which,
 )
 
 ARGUMENT_SPEC = dict(
@@ -423,11 +422,7 @@ def main():
     if params["nvidia_smi_timeout"] < 1:
         module.fail_json(msg="nvidia_smi_timeout must be at least 1 second, got %d" % params["nvidia_smi_timeout"])
 
-    def which(name):
-        if "/" in name:
-            return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-        return module.get_bin_path(name)
-
+    which = module_which(module.get_bin_path)
     pynvml = import_pynvml() if params["nvml"] else None
     try:
         facts, capture = gather_live(

@@ -136,11 +136,16 @@ def ports_free(address, ports):
     return True
 
 
-def http_request(address, port, method, path, body=None, headers=None, timeout=5.0):
-    """One HTTP request; returns (status, headers with lower-case names, body bytes)."""
-    connection = http.client.HTTPConnection(address, port, timeout=timeout)
+def http_request(address, port, method, path, body=None, headers=None, timeout=5.0, raw=None, tls=None):
+    """One HTTP request (HTTPS with an ssl context `tls`); body is JSON, or
+    `raw` bytes as they are. Returns (status, headers with lower-case names,
+    body bytes)."""
+    if tls is not None:
+        connection = http.client.HTTPSConnection(address, port, context=tls, timeout=timeout)
+    else:
+        connection = http.client.HTTPConnection(address, port, timeout=timeout)
     try:
-        data = json.dumps(body).encode() if body is not None else None
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         all_headers = {"Content-Type": "application/json"} if data is not None else {}
         all_headers.update(headers or {})
         connection.request(method, path, body=data, headers=all_headers)

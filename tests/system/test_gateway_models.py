@@ -24,7 +24,9 @@ import subprocess
 
 import pytest
 
-from fleet_processes import ProcessGroup, free_port, haproxy_server_states, wait_for_health, wait_until
+from fleet_processes import (
+    ProcessGroup, free_port, haproxy_server_states, http_request, wait_for_health, wait_until,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 STUB = REPO / "tests" / "stub" / "vllm-stub"
@@ -66,18 +68,10 @@ PLAYBOOK = """\
 
 def request(gateway, method, path, body=None, headers=None, key=GATEWAY_KEY, raw=None, timeout=10.0):
     """One HTTPS request to the gateway; (status, lower-case headers, body bytes)."""
-    connection = http.client.HTTPSConnection(ADDRESS, gateway["port"], context=gateway["tls"], timeout=timeout)
-    try:
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        all_headers = {"Content-Type": "application/json"} if data is not None else {}
-        if key is not None:
-            all_headers["Authorization"] = "Bearer " + key
-        all_headers.update(headers or {})
-        connection.request(method, path, body=data, headers=all_headers)
-        response = connection.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        connection.close()
+    all_headers = {} if key is None else {"Authorization": "Bearer " + key}
+    all_headers.update(headers or {})
+    return http_request(ADDRESS, gateway["port"], method, path, body=body, headers=all_headers, timeout=timeout,
+                        raw=raw, tls=gateway["tls"])
 
 
 def completion(gateway, model=None, **extra):
