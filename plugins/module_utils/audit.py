@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.gpu_processes import
 
 SEVERITIES = ("info", "warning", "error", "critical")
 PLAN_OPTION_KEYS = ("tp_size", "pp_size", "allow_span", "reserved_cpus_per_socket", "exclude_gpus",
-                    "max_instances_per_host")
+                    "max_instances_per_host", "worker_binding")
 DEFAULT_MEMORY_THRESHOLD = 20  # percent of a process's memory on other nodes before it is a finding
 
 

@@ -12,7 +12,7 @@ that the planner takes each host's own values instead of one host's.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import FLEET_OPTIONS
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import FLEET_OPTIONS, WORKER_BINDINGS
 
 # option -> (inventory variable, kind); defaults are the planner's own
 # (placement_options.FLEET_OPTIONS), except tp_size: the deploy plans one
@@ -24,6 +24,7 @@ SETTINGS = (
     ("reserved_cpus_per_socket", "gpufleet_reserved_cpus_per_socket", "count"),
     ("exclude_gpus", "gpufleet_exclude_gpus", "gpus"),
     ("max_instances_per_host", "gpufleet_max_instances_per_host", "positive_or_none"),
+    ("worker_binding", "gpufleet_worker_binding", "worker_binding"),
     ("base_port", "gpufleet_base_port", "port"),
     ("port_stride", "gpufleet_port_stride", "positive"),
     ("dist_port_base", "gpufleet_dist_port_base", "port"),
@@ -43,6 +44,8 @@ def _check(kind, name, value, host):
         return value_checks.port(name, value)
     if kind == "bool":
         return value_checks.boolean(name, value)
+    if kind == "worker_binding":
+        return value_checks.choice(name, value, WORKER_BINDINGS)
     # exclude_gpus: a list of bus ids / UUIDs, or a mapping host -> list
     if isinstance(value, dict):
         value = value.get(host) or []

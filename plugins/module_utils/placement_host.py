@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import placement_search as _search
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_cpus import assign_cpus, fmt_ints, node_sockets
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import link_score, read_host_facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import Topology
@@ -64,6 +65,19 @@ class GroupTemplate(NamedTuple):
     memory_policy: str
     worst_link: Optional[str]
     reason: str
+    binding: "BindingTemplate"
+
+
+class BindingTemplate(NamedTuple):
+    """How the unit binds (docs/plan.md, binding): the whole process tree
+    (mode process), or each GPU worker on its own node (mode per_worker,
+    vLLM's --numa-bind) with the API server on the first stage's nodes."""
+
+    mode: str  # process | per_worker
+    cpus: str  # the (API server) process's CPUs
+    mems: tuple
+    policy: str  # bind | interleave
+    workers: tuple  # per GPU in worker order: (node, cpulist of the instance's CPUs on it)
 
 
 class HostTemplate(NamedTuple):
@@ -246,6 +260,9 @@ def build_template(key, host, gpu_ids):
         interleave = any(len(st.numa_nodes) > 1 for st in stage_entries)
         worst_stage = stage_entries[min(range(len(stages)), key=lambda k: _group_worst(stages[k], score))]
         cpus = cpu_plan[idx]
+        binding, note = _binding(topo, opts, idx, host, stages, stage_entries, node_of, cpus, interleave)
+        if note:
+            notes.append(note)
         out_groups.append(GroupTemplate(
             stages=tuple(stage_entries),
             numa_nodes=tuple(sorted(set(node_of[g] for g in members))),
@@ -256,6 +273,7 @@ def build_template(key, host, gpu_ids):
             memory_policy="interleave" if interleave else "bind",
             worst_link=worst_stage.worst_link,
             reason=_group_reason(stage_entries, span, interleave),
+            binding=binding,
         ))
     return HostTemplate(
         groups=tuple(out_groups),
@@ -265,6 +283,39 @@ def build_template(key, host, gpu_ids):
         missing_links=(len(missing), missing[0]) if missing else (),
         notes=tuple(notes),
     )
+
+
+def _binding(topo, opts, idx, host, stages, stage_entries, node_of, cpus, interleave):
+    """(BindingTemplate, note or None) of one instance under opts.worker_binding.
+
+    per_worker: each worker gets its GPU's node and the instance's CPUs on
+    that node; the API server process the first stage's nodes. Its CPUs
+    are those nodes' when binding by node, and all the instance's CPUs
+    when binding by CPU list: vLLM starts each worker under `numactl
+    --physcpubind`, which refuses CPUs outside its parent's set.
+    """
+    node_cpus = dict((n.id, set(parse_cpulist(n.cpus))) for n in topo.nodes)
+    mine = set(parse_cpulist(cpus.cpus)) if cpus.cpus else set()
+    worker_nodes = [node_of[g] for stage in stages for g in stage]
+    workers = tuple((node, format_cpulist(mine & node_cpus.get(node, set()))) for node in worker_nodes)
+    process = BindingTemplate("process", cpus.cpus, tuple(sorted(set(worker_nodes))),
+                              "interleave" if interleave else "bind", workers)
+    mode = opts.worker_binding
+    if mode == "auto":
+        mode = "per_worker" if opts.pp_size > 1 else "process"
+    if mode == "process":
+        return process, None
+    bare = sorted(set(node for node, worker_cpus in workers if not worker_cpus))
+    if bare:
+        why = ("instance %d: NUMA node(s) %s of its GPUs hold none of its CPUs (%s), so vLLM cannot bind a "
+               "worker there" % (idx, fmt_ints(bare), cpus.cpus or "none"))
+        if opts.worker_binding == "per_worker":
+            raise PlacementError("host %s: worker_binding per_worker: %s" % (host, why))
+        return process, why + "; bound process-wide instead"
+    first = stage_entries[0].numa_nodes
+    by_node = cpus.whole_nodes and not cpus.shared_node
+    api_cpus = format_cpulist(mine & set().union(*(node_cpus[n] for n in first))) if by_node else cpus.cpus
+    return BindingTemplate("per_worker", api_cpus, first, "interleave" if len(first) > 1 else "bind", workers), None
 
 
 def home_nodes(topo, node_socket):
@@ -415,8 +466,11 @@ def instantiate(template, view, fleet=None):
             "memory_policy": grp.memory_policy,
             # How the unit binds (docs/plan.md): by node only when the
             # instance owns its nodes' CPUs outright.
-            "binding": {"cpus": grp.cpus, "mems": list(grp.numa_nodes), "policy": grp.memory_policy,
-                        "by_node": bool(grp.cpus_whole_nodes and not grp.cpus_shared_node)},
+            "binding": {"mode": grp.binding.mode, "cpus": grp.binding.cpus, "mems": list(grp.binding.mems),
+                        "policy": grp.binding.policy,
+                        "by_node": bool(grp.cpus_whole_nodes and not grp.cpus_shared_node),
+                        "workers": [{"gpu_index": ref["index"], "node": node, "cpus": worker_cpus}
+                                    for ref, (node, worker_cpus) in zip(members, grp.binding.workers)]},
             "worst_link": grp.worst_link,
             "reason": grp.reason,
         }

@@ -27,7 +27,13 @@ HOST_OPTIONS = {
     "reserved_cpus_per_socket": 0,
     "exclude_gpus": (),
     "max_instances_per_host": None,
+    "worker_binding": "auto",
 }
+# How an instance's processes are bound (docs/plan.md, binding.mode):
+# process: one binding for the whole process tree; per_worker: vLLM binds
+# each GPU worker to its GPU's node (--numa-bind); auto: per_worker for
+# pipeline-parallel instances, process for the others.
+WORKER_BINDINGS = ("auto", "process", "per_worker")
 FLEET_OPTIONS = dict(
     HOST_OPTIONS,
     base_port=8000,
@@ -47,11 +53,12 @@ class PlanOptions(NamedTuple):
     allow_span: bool
     reserved_cpus_per_socket: int
     max_instances_per_host: Optional[int]
+    worker_binding: str
 
     @classmethod
     def of(cls, opts):
         return cls(opts["tp_size"], opts["pp_size"], opts["allow_span"], opts["reserved_cpus_per_socket"],
-                   opts["max_instances_per_host"])
+                   opts["max_instances_per_host"], opts["worker_binding"])
 
 
 def _is_int(value):
@@ -87,6 +94,9 @@ def validate_options(options, allowed=None):
     if not isinstance(merged["allow_span"], bool):
         raise PlacementError("allow_span must be a boolean, got %s" % show(merged["allow_span"]))
     merged["allow_span"] = bool(merged["allow_span"])
+    if merged["worker_binding"] not in WORKER_BINDINGS:
+        raise PlacementError("worker_binding must be one of %s, got %s"
+                             % (", ".join(WORKER_BINDINGS), show(merged["worker_binding"])))
     excl = merged["exclude_gpus"]
     if excl is None:
         excl = ()

@@ -9,11 +9,15 @@ argv and environment its unit runs, and the systemd NUMA directives when
 binding by systemd. The role's template only places these values (one
 word per argument, quoted for systemd); it decides nothing.
 
-Binding comes from each instance's `binding` {cpus, mems, policy, by_node}
-as the plan computed it: by_node true binds by node (numactl
---cpunodebind=MEMS), false by CPU list (--physcpubind=CPUS); the memory
-policy is --membind=MEMS or --interleave=MEMS. With vllm_binding systemd
-the same values become CPUAffinity=, NUMAPolicy= and NUMAMask=.
+Binding comes from each instance's `binding` {mode, cpus, mems, policy,
+by_node, workers} as the plan computed it: by_node true binds by node
+(numactl --cpunodebind=MEMS), false by CPU list (--physcpubind=CPUS); the
+memory policy is --membind=MEMS or --interleave=MEMS. With vllm_binding
+systemd the same values become CPUAffinity=, NUMAPolicy= and NUMAMask=.
+In mode per_worker that binds the API server process, and vLLM binds
+each GPU worker itself: --numa-bind, --numa-bind-nodes (one node per GPU
+in worker order) and, when binding by CPU list, --numa-bind-cpus (vLLM
+0.20 and newer; spawned workers, VLLM_WORKER_MULTIPROC_METHOD=spawn).
 
 Readiness: vLLM cannot tell systemd when it serves, so the unit's
 ExecStartPost= runs the shipped gpufleet-wait-ready, which polls the
@@ -48,9 +52,12 @@ MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
 
 # Options the unit sets itself; vllm_extra_args must not repeat them.
 RESERVED_OPTIONS = (
-    "api-key", "config", "host", "model", "pipeline-parallel-size", "port",
-    "served-model-name", "shutdown-timeout", "tensor-parallel-size",
+    "api-key", "config", "host", "model", "numa-bind", "numa-bind-cpus", "numa-bind-nodes",
+    "pipeline-parallel-size", "port", "served-model-name", "shutdown-timeout", "tensor-parallel-size",
 )
+# Per-worker binding (binding.mode per_worker): the first vLLM release with
+# --numa-bind, --numa-bind-nodes and --numa-bind-cpus.
+PER_WORKER_SINCE = (0, 20)
 # Environment variables the unit sets itself; vllm_environment must not repeat them.
 RESERVED_ENVIRONMENT = (
     "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "TRITON_CACHE_DIR",
@@ -359,14 +366,46 @@ def check_instance(index, instance):
     policy = vc.choice(label + ".binding.policy", binding["policy"], ("bind", "interleave"))
     if not isinstance(binding["by_node"], bool):
         vc.fail(label + ".binding.by_node", "must be a boolean", binding["by_node"])
+    # Plans kept from before per-worker binding have no mode: they bind by process.
+    mode = vc.choice(label + ".binding.mode", binding.get("mode", "process"), ("process", "per_worker"))
+    workers = _workers(label, binding, gpus, cpus) if mode == "per_worker" else []
     port = vc.port(label + ".port", instance["port"])
     dist_port = vc.port(label + ".dist_port", instance["dist_port"])
     reason = instance.get("reason", "")
     # The plan's own words, shown in a comment: one line, no continuation.
     reason = re.sub(r"[\x00-\x1f\x7f]+", " ", str(reason)).rstrip("\\ ")
     return {"name": name, "tp_size": tp_size, "pp_size": pp_size, "gpu_indices": gpus, "cpus": cpus,
-            "mems": mems, "policy": policy, "by_node": binding["by_node"], "port": port,
-            "dist_port": dist_port, "reason": reason}
+            "mems": mems, "policy": policy, "by_node": binding["by_node"], "mode": mode, "workers": workers,
+            "port": port, "dist_port": dist_port, "reason": reason}
+
+
+def _workers(label, binding, gpus, cpus):
+    """binding.workers of a per_worker instance: one {gpu_index, node, cpus}
+    per GPU in the order of gpu_indices. Binding by CPU list, each worker's
+    CPUs lie inside the process's: vLLM starts the worker under numactl
+    --physcpubind, which refuses CPUs outside its parent's set."""
+    where = label + ".binding.workers"
+    workers = [_mapping("%s[%d]" % (where, i), w) for i, w in enumerate(_list(where, binding.get("workers", [])))]
+    if [w.get("gpu_index") for w in workers] != gpus:
+        vc.fail(where, "must hold one entry per GPU in the order of gpu_indices %s" % _join(gpus),
+                workers)
+    allowed = set(parse_cpulist(cpus))
+    out = []
+    for i, worker in enumerate(workers):
+        node = vc.integer("%s[%d].node" % (where, i), worker.get("node"), 0, 4095)
+        worker_cpus = ""
+        if not binding["by_node"]:
+            worker_cpus = vc.text("%s[%d].cpus" % (where, i), worker.get("cpus"), _CPULIST,
+                                  "must be a cpulist such as 0-47,96-143")
+            try:
+                outside = set(parse_cpulist(worker_cpus)) - allowed
+            except ValueError as exc:
+                vc.fail("%s[%d].cpus" % (where, i), str(exc), worker_cpus)
+            if outside:
+                vc.fail("%s[%d].cpus" % (where, i), "must lie inside binding.cpus %s (numactl refuses a worker's "
+                        "CPUs outside its parent's)" % cpus, worker_cpus)
+        out.append({"node": node, "cpus": worker_cpus})
+    return out
 
 
 def check_instances(instances):
@@ -411,6 +450,15 @@ def instance_unit(inst, v, inventory_host="this host"):
     options = [["--tensor-parallel-size", str(inst["tp_size"])]]
     if inst["pp_size"] > 1:
         options.append(["--pipeline-parallel-size", str(inst["pp_size"])])
+    worker_environment = []
+    if inst["mode"] == "per_worker":
+        options.append(["--numa-bind"])
+        options.append(["--numa-bind-nodes"] + [str(w["node"]) for w in inst["workers"]])
+        if not inst["by_node"]:
+            options.append(["--numa-bind-cpus"] + [w["cpus"] for w in inst["workers"]])
+        # vLLM binds a worker by starting it through numactl: spawned, not forked.
+        if "VLLM_WORKER_MULTIPROC_METHOD" not in v["vllm_environment"]:
+            worker_environment = [["VLLM_WORKER_MULTIPROC_METHOD", "spawn"]]
     options += [["--host", v["vllm_listen_host"]], ["--port", str(inst["port"])],
                 ["--served-model-name", v["vllm_served_model_name"] or v["vllm_model"]]]
     if v["vllm_shutdown_timeout"] > 0:
@@ -428,7 +476,7 @@ def instance_unit(inst, v, inventory_host="this host"):
         ["VLLM_CACHE_ROOT", v["vllm_cache_dir"] + "/vllm"],
         ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
         ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
-    ] + offline_environment(v) + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
+    ] + worker_environment + offline_environment(v) + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
     url = health_url(v["vllm_listen_host"], inst["port"])
     # [prefix, argv]: `-` ignores a failure (a host without the program),
     # `+` runs it with full privileges, outside the sandbox.
@@ -458,7 +506,10 @@ def instance_unit(inst, v, inventory_host="this host"):
         "hardening": v["vllm_hardening"],
         "path": "%s/%s.service" % (v["vllm_unit_dir"], unit),
         "header": "%s; instance %s: %s" % (MANAGED_MARKER, inst["name"], inst["reason"]),
-        "description": "vLLM instance %s (GPUs %s, NUMA nodes %s)" % (inst["name"], _join(inst["gpu_indices"]), mems),
+        "description": "vLLM instance %s (GPUs %s, NUMA nodes %s%s)" % (
+            inst["name"], _join(inst["gpu_indices"]),
+            _join(sorted(set(w["node"] for w in inst["workers"]))) if inst["workers"] else mems,
+            ", bound per worker" if inst["mode"] == "per_worker" else ""),
         "syslog_identifier": unit,
         "command": command,
         "options": options,
@@ -468,6 +519,31 @@ def instance_unit(inst, v, inventory_host="this host"):
         "config": config,
         "port": inst["port"],
     }
+
+
+def _release(version):
+    """(major, minor) of a version such as 0.33.0 or 0.20.1rc1; None when it does not start so."""
+    match = re.match(r"([0-9]+)\.([0-9]+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_per_worker(instances, v):
+    """Per-worker binding needs vLLM's --numa-bind (0.20 and newer) and
+    spawned workers; say so before a unit fails at start."""
+    per_worker = [inst["name"] for inst in instances if inst["mode"] == "per_worker"]
+    if not per_worker:
+        return
+    release = _release(v["vllm_version"])
+    if not v["vllm_executable"] and release is not None and release < PER_WORKER_SINCE:
+        raise ValueError(
+            "vllm_version: %s has no per-worker NUMA binding (--numa-bind, vLLM %d.%d and newer), which the "
+            "plan gives %s: install a newer vLLM or plan with gpufleet_worker_binding: process"
+            % (v["vllm_version"], PER_WORKER_SINCE[0], PER_WORKER_SINCE[1], ", ".join(per_worker)))
+    method = v["vllm_environment"].get("VLLM_WORKER_MULTIPROC_METHOD")
+    if method is not None and method != "spawn":
+        vc.fail("vllm_environment.VLLM_WORKER_MULTIPROC_METHOD", "must be spawn (or unset) while the plan binds "
+                "workers per node (%s): vLLM binds a worker by spawning it through numactl"
+                % ", ".join(per_worker), method)
 
 
 def _index(existing):
@@ -605,7 +681,9 @@ def host_units(instances, variables):
      variables (checked)}.
     """
     v = check_variables(dict(variables, vllm_instances=instances))
-    units = [instance_unit(inst, v, variables.get("host", "this host")) for inst in check_instances(instances)]
+    checked = check_instances(instances)
+    check_per_worker(checked, v)
+    units = [instance_unit(inst, v, variables.get("host", "this host")) for inst in checked]
     state_dirs = _unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])
     directories = []
     for path in [v["vllm_config_dir"], v["vllm_unit_dir"], v["vllm_libexec_dir"]]:

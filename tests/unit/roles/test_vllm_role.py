@@ -382,8 +382,19 @@ def test_vllm_binding_follows_the_plan(rendered):
     # is CPU 0 with its assumed sibling 96 (48 with 144): CPU lists.
     assert [a[1:3] for a in argv("h100_tp4_reserved")] == [["--physcpubind=1-47,97-143", "--membind=0"],
                                                            ["--physcpubind=49-95,145-191", "--membind=1"]]
-    # Both sockets' stages in one instance.
-    assert argv("h100_pp2_tp4")[0][2] == "--membind=0,1"
+    # Both sockets' stages in one instance, bound per worker: GPUs 0-3 on node 0,
+    # 4-7 on node 1, the API server on node 0.
+    (pp2,) = argv("h100_pp2_tp4")
+    assert pp2[1:3] == ["--cpunodebind=0", "--membind=0"]
+    at = pp2.index("--numa-bind-nodes")
+    assert pp2[at - 1:at + 9] == ["--numa-bind", "--numa-bind-nodes"] + ["0"] * 4 + ["1"] * 4
+    (reserved,) = argv("h100_pp2_tp4_reserved")
+    assert reserved[1:3] == ["--physcpubind=1-47,49-95,97-143,145-191", "--membind=0"]
+    at = reserved.index("--numa-bind-cpus")
+    assert reserved[at + 1:at + 9] == ["1-47,97-143"] * 4 + ["49-95,145-191"] * 4
+    # or as a whole, when asked
+    (whole,) = argv("h100_pp2_tp4_process")
+    assert whole[1:3] == ["--cpunodebind=0,1", "--membind=0,1"] and "--numa-bind" not in whole
     assert argv("mi50_tp2_interleave")[0][2].startswith("--interleave=")
 
 

@@ -213,7 +213,9 @@ def test_plan_host_memory_only_node_is_never_a_home():
     facts = make_facts("x", {0: (0, "0-7"), 1: (0, "")}, [1, 1], lambda i, j: "NV4")
     plan = placement.plan_host(facts, tp_size=2)
     assert plan["groups"][0]["numa_nodes"] == [0]
-    assert plan["groups"][0]["binding"] == {"cpus": "0-7", "mems": [0], "policy": "bind", "by_node": True}
+    assert plan["groups"][0]["binding"] == {
+        "mode": "process", "cpus": "0-7", "mems": [0], "policy": "bind", "by_node": True,
+        "workers": [{"gpu_index": 0, "node": 0, "cpus": "0-7"}, {"gpu_index": 1, "node": 0, "cpus": "0-7"}]}
     assert ("GPU 0000:10:00.0 (index 0) is on NUMA node 1, which has no CPUs (memory only): placed on node 0, "
             "the nearest with CPUs; memory bound there, not to node 1") in plan["warnings"]
 

@@ -407,6 +407,16 @@ def _check_cpus(plan, facts):
             assert cpus <= allowed
         for c in cpus:
             owners.setdefault(c, []).append(grp)
+        # one worker per GPU, in order, on a node of the instance, with the instance's CPUs there
+        binding = grp["binding"]
+        assert [w["gpu_index"] for w in binding["workers"]] == grp["gpu_indices"]
+        for worker in binding["workers"]:
+            assert worker["node"] in grp["numa_nodes"]
+            assert set(parse_cpulist(worker["cpus"])) <= cpus
+        if binding["mode"] == "per_worker":
+            assert all(w["cpus"] for w in binding["workers"])
+            assert binding["mems"] == grp["stages"][0]["numa_nodes"]
+            assert set(parse_cpulist(binding["cpus"])) <= cpus
     overlap_warned = any("overlap" in w for w in plan["warnings"])
     if not overlap_warned:
         assert all(len(v) == 1 for v in owners.values())

@@ -85,32 +85,69 @@ def test_gpu_without_a_device_index_is_refused():
         vllm_unit.host_units(plan["instances"], VARIABLES)
 
 
+def vllm_options(words):
+    """vllm serve's options as argparse reads them: {--name: [values]}."""
+    options = {}
+    for word in words:
+        if word.startswith("--"):
+            name = word
+            options[name] = []
+        else:
+            options[name].append(word)
+    return options
+
+
 @pytest.mark.parametrize("case,facts,plan", PLANS, ids=[p[0] for p in PLANS])
 def test_numactl_binding_covers_exactly_the_planned_cpus_and_gpu_nodes(case, facts, plan):
     units = vllm_unit.host_units(plan["instances"], VARIABLES)["units"]
     assert [u["name"] for u in units] == [i["name"] for i in plan["instances"]]
     gpu_nodes = {g["index"]: g["numa_node"] for g in facts["gpus"]}
+    nodes_with_cpus = {n["id"] for n in facts["numa_nodes"] if n["cpus"]}
     for instance, unit in zip(plan["instances"], units):
         options, program = numactl_reading(unit["argv"])
+        per_worker = instance["pp_size"] > 1  # worker_binding auto
+        assert instance["binding"]["mode"] == ("per_worker" if per_worker else "process")
         # CPUs: by node means every CPU of those nodes; by list, the list.
         if "cpunodebind" in options:
             cpus = node_cpus(facts, parse_cpulist(options["cpunodebind"]))
         else:
             cpus = set(parse_cpulist(options["physcpubind"]))
-        assert cpus == set(parse_cpulist(instance["cpus"])), case
         assert len(options) == 2, options
-        memory_option = "membind" if instance["memory_policy"] == "bind" else "interleave"
+        memory_option = "membind" if instance["binding"]["policy"] == "bind" else "interleave"
         mems = parse_cpulist(options[memory_option])
-        # Memory comes from the nodes the instance's GPUs sit on (when known).
-        known = {gpu_nodes[i] for i in instance["gpu_indices"] if gpu_nodes.get(i) is not None}
-        if known:
-            assert known <= set(mems), case
-        assert mems == instance["numa_nodes"]
         assert program[:3] == ["/opt/vllm/bin/vllm", "serve", VARIABLES["vllm_model"]]
-        pairs = dict(zip(program[3::2], program[4::2]))
-        assert pairs["--tensor-parallel-size"] == str(instance["tp_size"])
-        assert pairs.get("--pipeline-parallel-size", "1") == str(instance["pp_size"])
-        assert pairs["--port"] == str(instance["port"])
+        flags = vllm_options(program[3:])
+        # Memory comes from the nodes the instance's GPUs sit on (when known);
+        # per worker, the API server's from the first stage's.
+        known = [gpu_nodes[i] for i in instance["gpu_indices"] if gpu_nodes.get(i) in nodes_with_cpus]
+        if per_worker:
+            first = instance["stages"][0]["numa_nodes"]
+            assert mems == first, case
+            by_node = "cpunodebind" in options
+            assert cpus == (node_cpus(facts, first) if by_node else set(parse_cpulist(instance["cpus"]))), case
+            assert flags["--numa-bind"] == []
+            worker_nodes = [int(n) for n in flags["--numa-bind-nodes"]]
+            assert len(worker_nodes) == len(instance["gpu_indices"])
+            if len(known) == len(worker_nodes):
+                assert worker_nodes == known, case
+            if by_node:
+                assert "--numa-bind-cpus" not in flags
+            else:
+                worker_cpus = [set(parse_cpulist(c)) for c in flags["--numa-bind-cpus"]]
+                for node, each in zip(worker_nodes, worker_cpus):
+                    assert each and each <= node_cpus(facts, [node]) & cpus, case
+                assert set().union(*worker_cpus) == set(parse_cpulist(instance["cpus"])), case
+            assert dict(unit["environment"])["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+        else:
+            assert cpus == set(parse_cpulist(instance["cpus"])), case
+            if known:
+                assert set(known) <= set(mems), case
+            assert mems == instance["numa_nodes"]
+            assert not {"--numa-bind", "--numa-bind-nodes", "--numa-bind-cpus"} & set(flags)
+            assert "VLLM_WORKER_MULTIPROC_METHOD" not in dict(unit["environment"])
+        assert flags["--tensor-parallel-size"] == [str(instance["tp_size"])]
+        assert flags.get("--pipeline-parallel-size", ["1"]) == [str(instance["pp_size"])]
+        assert flags["--port"] == [str(instance["port"])]
         environment = dict(unit["environment"])
         assert environment["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in instance["gpu_indices"])
         assert environment["VLLM_PORT"] == str(instance["dist_port"])
@@ -122,9 +159,13 @@ def test_systemd_binding_writes_the_same_placement_as_directives(case, facts, pl
     units = vllm_unit.host_units(plan["instances"], dict(VARIABLES, vllm_binding="systemd"))["units"]
     for instance, unit in zip(plan["instances"], units):
         numa = dict(unit["numa"])
-        assert set(parse_cpulist(numa["CPUAffinity"])) == set(parse_cpulist(instance["cpus"]))
-        assert numa["NUMAPolicy"] == instance["memory_policy"]
-        assert parse_cpulist(numa["NUMAMask"]) == instance["numa_nodes"]
+        binding = instance["binding"]
+        assert set(parse_cpulist(numa["CPUAffinity"])) == set(parse_cpulist(binding["cpus"]))
+        assert numa["NUMAPolicy"] == binding["policy"]
+        assert parse_cpulist(numa["NUMAMask"]) == binding["mems"]
+        if binding["mode"] == "process":
+            assert (binding["cpus"], binding["policy"], binding["mems"]) == (
+                instance["cpus"], instance["memory_policy"], instance["numa_nodes"])
         assert unit["argv"][0] == "/opt/vllm/bin/vllm"
 
 
