@@ -18,6 +18,10 @@ COLUMNS = (
     ("TPxPP", lambda i: "%sx%s" % (i["tp_size"], i["pp_size"])),
     ("PORT", lambda i: str(i["port"])),
 )
+# Shown when the plan has multi-node instances: this host's rank of the
+# instance's hosts, and its head.
+NODE_COLUMN = ("NODE", lambda i: "%d/%d %s" % (i["multinode"]["node_rank"], i["multinode"]["nnodes"],
+                                               i["multinode"]["head"]) if i.get("multinode") else "-")
 
 
 def plan_table(plan):
@@ -25,13 +29,16 @@ def plan_table(plan):
     unused GPU and a totals line. Raises ValueError for a non-plan."""
     if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
         raise ValueError("plan_table expects the dict returned by fleet_plan (with 'instances')")
-    rows = [[title for title, dummy in COLUMNS]]
+    columns = COLUMNS
+    if any(isinstance(i, dict) and i.get("multinode") for i in plan["instances"]):
+        columns = COLUMNS + (NODE_COLUMN,)
+    rows = [[title for title, dummy in columns]]
     for instance in plan["instances"]:
         try:
-            rows.append([str(get(instance)) for dummy, get in COLUMNS])
+            rows.append([str(get(instance)) for dummy, get in columns])
         except (KeyError, TypeError) as exc:
             raise ValueError("plan instance %r lacks field %s" % (instance.get("name") if isinstance(instance, dict) else instance, exc))
-    widths = [max(len(row[c]) for row in rows) for c in range(len(COLUMNS))]
+    widths = [max(len(row[c]) for row in rows) for c in range(len(columns))]
     lines = ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows]
     for gpu in plan.get("unused") or []:
         lines.append("unused: %s GPU %s (%s): %s" % (gpu.get("host"), gpu.get("index"), gpu.get("id"), gpu.get("reason")))
@@ -39,6 +46,12 @@ def plan_table(plan):
     if totals:
         lines.append(", ".join("%s %s" % (key.replace("_", " "), value) for key, value in sorted(totals.items())))
     return lines
+
+
+def is_headless(instance):
+    """A rank of a multi-node instance other than its head: it serves no API."""
+    multinode = instance.get("multinode") if isinstance(instance, dict) else None
+    return isinstance(multinode, dict) and multinode.get("node_rank") != 0
 
 
 def gateway_backends(plan, addresses):
@@ -54,6 +67,7 @@ def gateway_backends(plan, addresses):
     the plan instance's served_model_name) and the HAProxy backend of that
     model (`backend`, gateway_settings.backend_name). Two hosts serving
     different models under one served name are an error naming both.
+    Of a multi-node instance only the head (rank 0) is a backend.
     """
     if not isinstance(plan, dict) or not isinstance(plan.get("instances"), list):
         raise ValueError("gateway_backends expects the dict returned by fleet_plan (with 'instances')")
@@ -66,6 +80,8 @@ def gateway_backends(plan, addresses):
     for index, instance in enumerate(plan["instances"]):
         if not isinstance(instance, dict):
             raise ValueError("plan instance %d is not a dict" % index)
+        if is_headless(instance):
+            continue
         host = value_checks.text("plan instance %d host" % index, instance.get("host"),
                                  gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
         address = addresses.get(host)
@@ -121,7 +137,7 @@ def gateway_api_keys(plan, api_keys):
             raise ValueError("plan instance is not a dict")
         host = instance.get("host")
         name = instance.get("served_model_name")
-        if not name:
+        if not name or is_headless(instance):
             continue  # gateway_backends names the host
         key = api_keys.get(host)
         key = "" if key is None else key

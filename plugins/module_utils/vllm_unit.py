@@ -30,6 +30,15 @@ nvidia-uvm and its device nodes exist; the `-` makes a host without it
 harmless. The NVIDIA services are wanted and ordered before the unit
 (a Wants= of a unit that does not exist is ignored).
 
+Multi-node instances (plan field multinode): every host of the instance
+runs one unit with vLLM's --nnodes, --node-rank, --master-addr (the
+head's address from vllm_node_addresses) and --master-port; the head
+(rank 0) serves the API and waits for /health as above, the others run
+--headless, serve nothing, and wait before start until the head's master
+port answers. NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME come from
+vllm_socket_ifname. All hosts of such an instance must roll together
+(vllm_rollout_hosts): a head restarted without its workers cannot serve.
+
 Draining: each unit names the gateway servers in front of it (vllm_gateways,
 vllm_gateway_backends): the role drains them on each gateway's HAProxy
 runtime socket before the instance stops and readies them after /health.
@@ -52,9 +61,12 @@ MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
 
 # Options the unit sets itself; vllm_extra_args must not repeat them.
 RESERVED_OPTIONS = (
-    "api-key", "config", "host", "model", "numa-bind", "numa-bind-cpus", "numa-bind-nodes",
-    "pipeline-parallel-size", "port", "served-model-name", "shutdown-timeout", "tensor-parallel-size",
+    "api-key", "config", "headless", "host", "master-addr", "master-port", "model", "nnodes", "node-rank",
+    "numa-bind", "numa-bind-cpus", "numa-bind-nodes", "pipeline-parallel-size", "port", "served-model-name",
+    "shutdown-timeout", "tensor-parallel-size",
 )
+# Set on a multi-node instance's units when vllm_socket_ifname names the interface.
+SOCKET_IFNAME_ENVIRONMENT = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 # Per-worker binding (binding.mode per_worker): the first vLLM release with
 # --numa-bind, --numa-bind-nodes and --numa-bind-cpus.
 PER_WORKER_SINCE = (0, 20)
@@ -110,6 +122,9 @@ _PROGRAM = r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,254}"
 # ending with '-' or '.'.
 _HUB_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
 _HUB_ID = r"%s(?:/%s)?" % (_HUB_PART, _HUB_PART)
+# NCCL_SOCKET_IFNAME's value: interface names (Linux: up to 15 characters), comma-separated,
+# optionally prefixed with ^ (exclude) or = (exact match).
+_IFNAMES = r"[\^=]?[A-Za-z0-9_.:@-]{1,15}(?:,[A-Za-z0-9_.:@-]{1,15})*"
 
 # Role variables this module reads, with the check each passes.
 PATH_VARIABLES = ("vllm_state_dir", "vllm_hf_home", "vllm_cache_dir", "vllm_config_dir", "vllm_unit_dir",
@@ -283,6 +298,23 @@ def check_variables(variables):
             for item in value if isinstance(value, list) else [value]:
                 hardening.append([key, item])
     out["vllm_hardening"] = hardening
+    out["vllm_node_addresses"] = dict(
+        (vc.text("vllm_node_addresses key", h if isinstance(h, str) else repr(h), gateway_settings.INVENTORY_HOST,
+                 gateway_settings.INVENTORY_HOST_RULE), a)
+        for h, a in _mapping("vllm_node_addresses", v.get("vllm_node_addresses") or {}).items())
+    ifname = v.get("vllm_socket_ifname") or ""
+    out["vllm_socket_ifname"] = vc.text("vllm_socket_ifname", ifname, _IFNAMES,
+                                        "must be network interface names of [A-Za-z0-9_.:@-] (up to 15 characters "
+                                        "each, comma-separated, as NCCL_SOCKET_IFNAME takes them)",
+                                        allow_empty=True) if ifname else ""
+    if out["vllm_socket_ifname"]:
+        for name in SOCKET_IFNAME_ENVIRONMENT:
+            if name in environment:
+                vc.fail("vllm_environment key", "must not set %s while vllm_socket_ifname is set (the role "
+                        "sets it on multi-node units)" % name, name)
+    out["vllm_rollout_hosts"] = [
+        vc.text("vllm_rollout_hosts[%d]" % i, h, gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
+        for i, h in enumerate(_list("vllm_rollout_hosts", v.get("vllm_rollout_hosts") or []))]
     out["vllm_gateways"], out["vllm_gateway_backends"] = _gateways(
         v.get("vllm_gateways", {}), v.get("vllm_gateway_backends", []))
     return out
@@ -320,6 +352,11 @@ def health_url(host, port):
     return "http://%s:%d/health" % ("[%s]" % host if ":" in host else host, port)
 
 
+def tcp_url(host, port):
+    """What gpufleet-wait-ready polls for a port that only has to accept connections."""
+    return "tcp://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+
 def drain_targets(instance_name, v, inventory_host):
     """The gateway servers of one instance: (gateway host, socket, backend,
     server) for every gateway with a socket and every gateway_backends entry
@@ -347,9 +384,12 @@ def check_instance(index, instance):
     pp_size = vc.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
     gpus = [vc.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
             for i, g in enumerate(_list(label + ".gpu_indices", instance["gpu_indices"]))]
-    if len(gpus) != tp_size * pp_size or len(set(gpus)) != len(gpus):
-        vc.fail(label + ".gpu_indices", "must list tp_size * pp_size = %d distinct GPUs (got %d for tp %d, pp %d)"
-                % (tp_size * pp_size, len(set(gpus)), tp_size, pp_size), gpus)
+    multinode = _multinode(label, instance.get("multinode"), pp_size)
+    nnodes = multinode["nnodes"] if multinode else 1
+    local = tp_size * pp_size // nnodes
+    if len(gpus) != local or len(set(gpus)) != len(gpus):
+        vc.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
+                % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
     binding = _mapping(label + ".binding", instance["binding"])
     for field in ("cpus", "mems", "policy", "by_node"):
         if field not in binding:
@@ -376,7 +416,33 @@ def check_instance(index, instance):
     reason = re.sub(r"[\x00-\x1f\x7f]+", " ", str(reason)).rstrip("\\ ")
     return {"name": name, "tp_size": tp_size, "pp_size": pp_size, "gpu_indices": gpus, "cpus": cpus,
             "mems": mems, "policy": policy, "by_node": binding["by_node"], "mode": mode, "workers": workers,
-            "port": port, "dist_port": dist_port, "reason": reason}
+            "port": port, "dist_port": dist_port, "reason": reason, "multinode": multinode}
+
+
+def _multinode(label, value, pp_size):
+    """The multinode field of a plan instance (docs/plan.md), checked; None for a one-host instance."""
+    if value is None:
+        return None
+    where = label + ".multinode"
+    value = _mapping(where, value)
+    for field in ("nnodes", "node_rank", "head", "hosts", "master_port"):
+        if field not in value:
+            vc.fail(where, "lacks %s (fleet_plan's multi-node instances carry nnodes, node_rank, head, hosts, "
+                    "master_port)" % field, value)
+    nnodes = vc.integer(where + ".nnodes", value["nnodes"], 2, 1024)
+    rank = vc.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
+    hosts = [vc.text("%s.hosts[%d]" % (where, i), h, gateway_settings.INVENTORY_HOST,
+                     gateway_settings.INVENTORY_HOST_RULE)
+             for i, h in enumerate(_list(where + ".hosts", value["hosts"]))]
+    if len(hosts) != nnodes or len(set(hosts)) != nnodes:
+        vc.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
+    if value["head"] != hosts[0]:
+        vc.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
+    if pp_size % nnodes:
+        vc.fail(where + ".nnodes", "must divide pp_size %d (each host runs pp_size / nnodes stages)" % pp_size,
+                nnodes)
+    return {"nnodes": nnodes, "node_rank": rank, "head": hosts[0], "hosts": hosts,
+            "master_port": vc.port(where + ".master_port", value["master_port"])}
 
 
 def _workers(label, binding, gpus, cpus):
@@ -450,6 +516,10 @@ def instance_unit(inst, v, inventory_host="this host"):
     options = [["--tensor-parallel-size", str(inst["tp_size"])]]
     if inst["pp_size"] > 1:
         options.append(["--pipeline-parallel-size", str(inst["pp_size"])])
+    multinode = inst["multinode"]
+    socket_environment = []
+    if multinode is not None and v["vllm_socket_ifname"]:
+        socket_environment = [[name, v["vllm_socket_ifname"]] for name in SOCKET_IFNAME_ENVIRONMENT]
     worker_environment = []
     if inst["mode"] == "per_worker":
         options.append(["--numa-bind"])
@@ -459,8 +529,17 @@ def instance_unit(inst, v, inventory_host="this host"):
         # vLLM binds a worker by starting it through numactl: spawned, not forked.
         if "VLLM_WORKER_MULTIPROC_METHOD" not in v["vllm_environment"]:
             worker_environment = [["VLLM_WORKER_MULTIPROC_METHOD", "spawn"]]
-    options += [["--host", v["vllm_listen_host"]], ["--port", str(inst["port"])],
-                ["--served-model-name", v["vllm_served_model_name"] or v["vllm_model"]]]
+    head = multinode is None or multinode["node_rank"] == 0
+    if multinode is not None:
+        master = v["vllm_node_addresses"][multinode["head"]]
+        options += [["--nnodes", str(multinode["nnodes"])], ["--node-rank", str(multinode["node_rank"])],
+                    ["--master-addr", master], ["--master-port", str(multinode["master_port"])]]
+    if head:
+        options += [["--host", v["vllm_listen_host"]], ["--port", str(inst["port"])],
+                    ["--served-model-name", v["vllm_served_model_name"] or v["vllm_model"]]]
+    else:
+        # The engine's other ranks: no API server (vLLM's --headless).
+        options.append(["--headless"])
     if v["vllm_shutdown_timeout"] > 0:
         options.append(["--shutdown-timeout", str(v["vllm_shutdown_timeout"])])
     config = None
@@ -476,7 +555,7 @@ def instance_unit(inst, v, inventory_host="this host"):
         ["VLLM_CACHE_ROOT", v["vllm_cache_dir"] + "/vllm"],
         ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
         ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
-    ] + worker_environment + offline_environment(v) + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
+    ] + worker_environment + socket_environment + offline_environment(v) + [[k, val] for k, val in sorted(v["vllm_environment"].items())]
     url = health_url(v["vllm_listen_host"], inst["port"])
     # [prefix, argv]: `-` ignores a failure (a host without the program),
     # `+` runs it with full privileges, outside the sandbox.
@@ -485,6 +564,13 @@ def instance_unit(inst, v, inventory_host="this host"):
         exec_start_pre.append(["-+", [v["vllm_nvidia_modprobe"], "-u", "-c=0"]])
     exec_start_post = [["", ["%s/%s" % (v["vllm_libexec_dir"], WAIT_READY), url,
                              str(v["vllm_engine_ready_timeout"])]]]
+    if not head:
+        # A headless rank serves no /health; it starts once the head's
+        # rendezvous port answers (the head waits for its ranks to join).
+        url = ""
+        exec_start_post = []
+        exec_start_pre.append(["", ["%s/%s" % (v["vllm_libexec_dir"], WAIT_READY),
+                                    tcp_url(master, multinode["master_port"]), str(v["vllm_engine_ready_timeout"])]])
     return {
         "name": inst["name"],
         "unit": unit + ".service",
@@ -493,7 +579,8 @@ def instance_unit(inst, v, inventory_host="this host"):
         "exec_start_pre": exec_start_pre,
         "exec_start_post": exec_start_post,
         "health_url": url,
-        "drain": drain_targets(inst["name"], v, inventory_host),
+        "drain": drain_targets(inst["name"], v, inventory_host) if head else [],
+        "multinode": multinode,
         "user": v["vllm_user"],
         "group": v["vllm_group"],
         "working_directory": v["vllm_state_dir"],
@@ -509,7 +596,9 @@ def instance_unit(inst, v, inventory_host="this host"):
         "description": "vLLM instance %s (GPUs %s, NUMA nodes %s%s)" % (
             inst["name"], _join(inst["gpu_indices"]),
             _join(sorted(set(w["node"] for w in inst["workers"]))) if inst["workers"] else mems,
-            ", bound per worker" if inst["mode"] == "per_worker" else ""),
+            ", bound per worker" if inst["mode"] == "per_worker" else "") + (
+            "" if multinode is None else ", node %d of %d, head %s" % (
+                multinode["node_rank"], multinode["nnodes"], multinode["head"])),
         "syslog_identifier": unit,
         "command": command,
         "options": options,
@@ -544,6 +633,38 @@ def check_per_worker(instances, v):
         vc.fail("vllm_environment.VLLM_WORKER_MULTIPROC_METHOD", "must be spawn (or unset) while the plan binds "
                 "workers per node (%s): vLLM binds a worker by spawning it through numactl"
                 % ", ".join(per_worker), method)
+
+
+def check_multinode(instances, v, host):
+    """A multi-node instance needs its head's address, this host among its
+    hosts, and all its hosts rolling together (a head restarted without its
+    ranks, or a rank without its head, cannot serve)."""
+    for inst in instances:
+        multinode = inst["multinode"]
+        if multinode is None:
+            continue
+        label = "instance %s (head %s, hosts %s)" % (inst["name"], multinode["head"], ", ".join(multinode["hosts"]))
+        if host is not None and multinode["hosts"][multinode["node_rank"]] != host:
+            raise ValueError("vllm_instances: %s is rank %d, which is %s, not this host %s"
+                             % (label, multinode["node_rank"], multinode["hosts"][multinode["node_rank"]], host))
+        address = v["vllm_node_addresses"].get(multinode["head"])
+        if address in (None, ""):
+            raise ValueError("vllm_node_addresses: lacks the head %s of %s: set gpufleet_node_address (or a "
+                             "concrete vllm_listen_host) for it, the address its ranks reach it at"
+                             % (multinode["head"], label))
+        address = vc.address("vllm_node_addresses.%s" % multinode["head"], address)
+        if address in ("0.0.0.0", "::"):
+            raise ValueError("vllm_node_addresses.%s: %s is a wildcard, not an address other hosts can reach "
+                             "(set gpufleet_node_address for %s)" % (multinode["head"], address, multinode["head"]))
+        v["vllm_node_addresses"][multinode["head"]] = address
+        rolling = v["vllm_rollout_hosts"]
+        missing = [h for h in multinode["hosts"] if h not in rolling]
+        if rolling and missing:
+            raise ValueError(
+                "vllm_rollout_hosts: %s must roll as one, but %s %s not in this batch (%s): run all its hosts "
+                "(no --limit that splits it; a host that is down stops the instance) and let "
+                "gpufleet_rollout_hosts_at_once keep them in one batch (the default, 100%%)"
+                % (label, ", ".join(missing), "is" if len(missing) == 1 else "are", ", ".join(rolling)))
 
 
 def _index(existing):
@@ -683,6 +804,7 @@ def host_units(instances, variables):
     v = check_variables(dict(variables, vllm_instances=instances))
     checked = check_instances(instances)
     check_per_worker(checked, v)
+    check_multinode(checked, v, variables.get("host"))
     units = [instance_unit(inst, v, variables.get("host", "this host")) for inst in checked]
     state_dirs = _unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])
     directories = []

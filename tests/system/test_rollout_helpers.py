@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 import jinja2
 import pytest
@@ -88,7 +89,31 @@ def test_wait_ready_ignores_proxies_of_the_environment(processes):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("argv", [[], ["http://127.0.0.1:1/health"], ["http://127.0.0.1:1/health", "soon"]])
+def test_wait_ready_tcp_returns_once_the_port_accepts_connections():
+    # A multi-node instance's headless rank waits for the head's rendezvous port.
+    port = free_port(ADDRESS)
+    waiter = subprocess.Popen([str(WAIT_READY), "tcp://%s:%d" % (ADDRESS, port), "60"], stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        time.sleep(1.5)
+        assert waiter.poll() is None, "returned before anything listened: %s" % waiter.stderr.read()
+        with socket.create_server((ADDRESS, port)):
+            assert waiter.wait(timeout=30) == 0, waiter.stderr.read()
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+        waiter.wait()
+
+
+def test_wait_ready_tcp_fails_naming_the_port_when_nothing_listens():
+    url = "tcp://%s:%d" % (ADDRESS, free_port(ADDRESS))
+    result = run([WAIT_READY, url, "1"])
+    assert result.returncode == 1
+    assert url in result.stderr and "did not accept a connection within 1 s" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [[], ["http://127.0.0.1:1/health"], ["http://127.0.0.1:1/health", "soon"],
+                                  ["tcp://127.0.0.1/", "5"], ["tcp://:29501", "5"]])
 def test_wait_ready_usage(argv):
     result = run([WAIT_READY] + argv)
     assert result.returncode == 2 and result.stderr
