@@ -18,7 +18,8 @@ import os
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.filter.placement import socket_local_groups
+from ansible_collections.gpufleet.numa.plugins.filter.placement import fleet_plan, socket_local_groups
+from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
 from ansible_collections.gpufleet.numa.plugins.module_utils import placement, topology
 
 MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
@@ -306,3 +307,58 @@ def test_the_same_input_gives_the_same_plan():
     again = placement.plan_fleet(dict(reversed(list(hosts.items()))), tp_size=2, pp_size=4, nodes_per_instance=2)
     assert json.dumps(again, sort_keys=True) == json.dumps(first, sort_keys=True)
     assert [i["host"] for i in first["instances"]] == ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+
+
+# ---------------------------------------------------------------- filters and per-host settings
+
+
+def test_fleet_plan_filter_takes_the_options_as_strings():
+    hosts = dict((h, {"ansible_facts": {"numa_topology": f}})
+                 for h, f in fleet("h100_sxm_8gpu_nvswitch", ["gpu-a", "gpu-b"]).items())
+    plan = fleet_plan(hosts, "4", pp_size="2", nodes_per_instance="2", master_port="29600")
+    assert [i["multinode"]["master_port"] for i in plan["instances"]] == [29600, 29600]
+    with pytest.raises(AnsibleFilterError, match="fleet_plan: nodes_per_instance must be an integer >= 1, got 'two'"):
+        fleet_plan(hosts, 4, pp_size=2, nodes_per_instance="two")
+
+
+def _hostvars(facts, **per_host):
+    return dict((h, dict(per_host.get(h, {}), ansible_facts={"numa_topology": facts[h]})) for h in facts)
+
+
+def test_fleet_plan_by_host_forms_instances_among_hosts_with_the_same_settings():
+    facts = fleet("h100_sxm_8gpu_nvswitch", ["gpu-a", "gpu-b", "gpu-c"])
+    multi = {"gpufleet_tp_size": 4, "gpufleet_pp_size": "4", "gpufleet_nodes_per_instance": "2",
+             "gpufleet_master_port": 29700}
+    result = fleet_plan_by_host(_hostvars(facts, **{"gpu-a": multi, "gpu-b": multi, "gpu-c": {"gpufleet_tp_size": 4}}))
+    assert [(i["host"], i["name"], i.get("multinode", {}).get("node_rank")) for i in result["instances"]] == [
+        ("gpu-a", "vllm-0", 0), ("gpu-b", "vllm-0", 1), ("gpu-c", "vllm-0", None), ("gpu-c", "vllm-1", None)]
+    assert result["instances"][0]["multinode"]["master_port"] == 29700
+    assert result["settings"]["gpu-a"]["nodes_per_instance"] == 2 and result["settings"]["gpu-a"]["pp_size"] == 4
+    assert (result["settings"]["gpu-c"]["nodes_per_instance"], result["settings"]["gpu-c"]["master_port"]) == (1, 29501)
+    assert result["totals"] == {"hosts": 3, "instances": 3, "gpus": 24, "gpus_used": 24, "gpus_unused": 0}
+
+
+def test_hosts_that_differ_only_in_excluded_gpus_still_form_one_instance():
+    facts = fleet("h100_sxm_8gpu_nvswitch", ["gpu-a", "gpu-b"])
+    multi = {"gpufleet_tp_size": 4, "gpufleet_pp_size": 2, "gpufleet_nodes_per_instance": 2}
+    host_vars = _hostvars(facts, **{"gpu-a": dict(multi, gpufleet_exclude_gpus={"gpu-a": ["GPU2"]}),
+                                    "gpu-b": dict(multi, gpufleet_exclude_gpus={"gpu-a": ["GPU2"]})})
+    result = fleet_plan_by_host(host_vars)
+    assert [(i["host"], i["gpu_indices"], i["multinode"]["node_rank"]) for i in result["instances"]] == [
+        ("gpu-a", [4, 5, 6, 7], 0), ("gpu-b", [0, 1, 2, 3], 1)]
+    assert (result["settings"]["gpu-a"]["exclude_gpus"], result["settings"]["gpu-b"]["exclude_gpus"]) == (["GPU2"], [])
+
+
+@pytest.mark.parametrize("variables, message", [
+    ({"gpufleet_nodes_per_instance": 0}, "host gpu-a: gpufleet_nodes_per_instance: must be at least 1 (got 0)"),
+    ({"gpufleet_nodes_per_instance": True},
+     "host gpu-a: gpufleet_nodes_per_instance: must be an integer, not a boolean"),
+    ({"gpufleet_master_port": 70000}, "host gpu-a: gpufleet_master_port: must be at most 65535"),
+    ({"gpufleet_nodes_per_instance": 2, "gpufleet_pp_size": 3},
+     "pp_size 3 is not a multiple of nodes_per_instance 2"),
+])
+def test_fleet_plan_by_host_names_host_and_variable(variables, message):
+    facts = fleet("h100_sxm_8gpu_nvswitch", ["gpu-a", "gpu-b"])
+    with pytest.raises(AnsibleFilterError) as info:
+        fleet_plan_by_host(_hostvars(facts, **{"gpu-a": variables, "gpu-b": variables}))
+    assert message in str(info.value)
