@@ -20,7 +20,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.placement import fleet_plan, socket_local_groups
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
-from ansible_collections.gpufleet.numa.plugins.module_utils import placement, topology
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement, plan_artifact, topology
 
 MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
 _CACHE = {}
@@ -362,3 +362,15 @@ def test_fleet_plan_by_host_names_host_and_variable(variables, message):
     with pytest.raises(AnsibleFilterError) as info:
         fleet_plan_by_host(_hostvars(facts, **{"gpu-a": variables, "gpu-b": variables}))
     assert message in str(info.value)
+
+
+def test_the_kept_plan_counts_a_multi_node_instance_once():
+    facts = fleet("h100_sxm_8gpu_nvswitch", ["gpu-a", "gpu-b", "gpu-c"])
+    fresh = placement.plan_fleet(facts, tp_size=4, pp_size=2, nodes_per_instance=2, hosts=["gpu-a", "gpu-b"])
+    merged = plan_artifact.merge_plans(fresh, None, ["gpu-a", "gpu-b"], sorted(facts))["plan"]
+    assert merged["totals"] == fresh["totals"] == {"hosts": 2, "instances": 1, "gpus": 16, "gpus_used": 8,
+                                                   "gpus_unused": 8}
+    # a later run re-plans gpu-c alone, one instance per socket, and keeps the multi-node instance
+    again = plan_artifact.merge_plans(placement.plan_fleet({"gpu-c": facts["gpu-c"]}, tp_size=4), merged, ["gpu-c"],
+                                      sorted(facts))["plan"]
+    assert again["totals"] == {"hosts": 3, "instances": 3, "gpus": 24, "gpus_used": 16, "gpus_unused": 8}
