@@ -20,7 +20,18 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.placement import fleet_plan, socket_local_groups
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
-from ansible_collections.gpufleet.numa.plugins.module_utils import placement, plan_artifact, topology
+from ansible_collections.gpufleet.numa.plugins.module_utils import (
+    placement,
+    plan_artifact,
+    plan_views,
+    topology,
+    vllm_unit,
+)
+from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.test_vllm_unit import (
+    VARIABLES,
+    numactl_reading,
+    vllm_options,
+)
 
 MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
 _CACHE = {}
@@ -374,3 +385,26 @@ def test_the_kept_plan_counts_a_multi_node_instance_once():
     again = plan_artifact.merge_plans(placement.plan_fleet({"gpu-c": facts["gpu-c"]}, tp_size=4), merged, ["gpu-c"],
                                       sorted(facts))["plan"]
     assert again["totals"] == {"hosts": 3, "instances": 3, "gpus": 24, "gpus_used": 16, "gpus_unused": 8}
+
+
+# ---------------------------------------------------------------- what the roles make of the entries
+
+
+def test_planned_entries_are_the_units_of_each_host_and_only_heads_are_backends():
+    names = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+    addresses = dict((h, "10.0.0.%d" % (i + 1)) for i, h in enumerate(names))
+    plan = placement.plan_fleet(fleet("h100_sxm_8gpu_nvswitch", names), tp_size=4, pp_size=4, nodes_per_instance=2,
+                                master_port=29600)
+    for entry in plan["instances"]:
+        (unit,) = vllm_unit.host_units([entry], dict(VARIABLES, host=entry["host"], vllm_node_addresses=addresses,
+                                                     vllm_rollout_hosts=names))["units"]
+        flags = vllm_options(numactl_reading(unit["argv"])[1][3:])
+        head = entry["multinode"]["head"]
+        assert (flags["--nnodes"], flags["--node-rank"], flags["--master-addr"], flags["--master-port"]) == (
+            ["2"], [str(entry["multinode"]["node_rank"])], [addresses[head]], ["29600"])
+        assert (flags["--tensor-parallel-size"], flags["--pipeline-parallel-size"]) == (["4"], ["4"])
+        assert flags["--numa-bind-nodes"] == ["0"] * 4 + ["1"] * 4
+        assert ("--headless" in flags) == (entry["host"] != head)
+    served = [dict(i, served_model_name="m", model="m") for i in plan["instances"]]
+    backends = plan_views.gateway_backends(dict(plan, instances=served), addresses)
+    assert [b["host"] for b in backends] == ["gpu-a", "gpu-c"]
