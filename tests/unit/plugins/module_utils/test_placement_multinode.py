@@ -21,6 +21,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.filter.placement import fleet_plan, socket_local_groups
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
 from ansible_collections.gpufleet.numa.plugins.module_utils import (
+    audit,
     placement,
     plan_artifact,
     plan_views,
@@ -408,3 +409,16 @@ def test_planned_entries_are_the_units_of_each_host_and_only_heads_are_backends(
     served = [dict(i, served_model_name="m", model="m") for i in plan["instances"]]
     backends = plan_views.gateway_backends(dict(plan, instances=served), addresses)
     assert [b["host"] for b in backends] == ["gpu-a", "gpu-c"]
+
+
+def test_the_audit_replans_a_host_as_its_share_of_the_instance():
+    facts = fleet("h100_sxm_8gpu_nvswitch", ["gpu-a", "gpu-b"])
+    settings = dict((h, {"tp_size": 4, "pp_size": 4, "nodes_per_instance": 2}) for h in facts)
+    fresh = dict(placement.plan_fleet(facts, tp_size=4, pp_size=4, nodes_per_instance=2), settings=settings)
+    kept = plan_artifact.merge_plans(fresh, None, sorted(facts), sorted(facts))["plan"]
+    for host in ("gpu-a", "gpu-b"):
+        instances, options, dummy = audit.deployed_for_host(kept, host)
+        assert options == {"tp_size": 4, "pp_size": 2, "max_instances_per_host": 1}
+        result = audit.audit_host(facts[host], None, host=host, deployed=kept)
+        assert [f["code"] for f in result["findings"] if f["code"].startswith("replan")] == []
+        assert [g["gpu_indices"] for g in result["today_plan"]["groups"]] == [instances[0]["gpu_indices"]]
