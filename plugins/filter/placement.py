@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils import placement, va
 
 
 _INT_OPTIONS = ("tp_size", "pp_size", "reserved_cpus_per_socket", "max_instances_per_host",
-                "base_port", "port_stride", "dist_port_base", "dist_port_stride")
+                "base_port", "port_stride", "dist_port_base", "dist_port_stride", "nodes_per_instance", "master_port")
 
 
 def _coerce(options):

@@ -410,6 +410,14 @@ def deployed_for_host(deployed, host):
     if instances:
         host_opts.setdefault("tp_size", instances[0].get("tp_size"))
         host_opts.setdefault("pp_size", instances[0].get("pp_size") or 1)
+        # A host of a multi-node instance holds pp_size / nnodes of its stages
+        # and one such instance (docs/placement.md): replan it as that.
+        multinode = instances[0].get("multinode")
+        nodes = multinode.get("nnodes") if isinstance(multinode, dict) else None
+        if (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1
+                and isinstance(host_opts["pp_size"], int)):
+            host_opts["pp_size"] //= nodes
+            host_opts["max_instances_per_host"] = 1
     return instances, host_opts, unused
 
 

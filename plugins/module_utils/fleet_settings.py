@@ -29,6 +29,8 @@ SETTINGS = (
     ("port_stride", "gpufleet_port_stride", "positive"),
     ("dist_port_base", "gpufleet_dist_port_base", "port"),
     ("dist_port_stride", "gpufleet_dist_port_stride", "positive"),
+    ("nodes_per_instance", "gpufleet_nodes_per_instance", "positive"),
+    ("master_port", "gpufleet_master_port", "port"),
 )
 DEFAULTS = dict(FLEET_OPTIONS, tp_size=1)
 
@@ -79,12 +81,24 @@ def host_settings(host_vars, hosts):
 
 def plan_groups(settings):
     """Hosts grouped by identical settings, in a stable order: one fleet_plan
-    call per group gives every host its own values."""
+    call per group gives every host its own values.
+
+    Excluded GPUs do not split a group: they go in as a mapping host -> list,
+    so hosts that differ only in a GPU left out still form multi-node
+    instances together (nodes_per_instance).
+    """
     groups = {}
     for host in sorted(settings):
-        key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(settings[host].items()))
+        key = tuple((k, tuple(v) if isinstance(v, list) else v)
+                    for k, v in sorted(settings[host].items()) if k != "exclude_gpus")
         groups.setdefault(key, []).append(host)
-    return [(dict(settings[hosts[0]]), hosts) for dummy, hosts in sorted(groups.items(), key=lambda kv: kv[1][0])]
+    out = []
+    for dummy, hosts in sorted(groups.items(), key=lambda kv: kv[1][0]):
+        options = dict(settings[hosts[0]])
+        options["exclude_gpus"] = dict((h, list(settings[h]["exclude_gpus"]))
+                                       for h in hosts if settings[h].get("exclude_gpus"))
+        out.append((options, hosts))
+    return out
 
 
 def host_models(host_vars, hosts):

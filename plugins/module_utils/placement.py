@@ -13,7 +13,8 @@ work is done, one job each, by:
 - placement_search.py: which GPUs form groups;
 - placement_cpus.py: the CPUs of each instance;
 - placement_host.py: the plan of one host, memoised on what it reads;
-- placement_fleet.py: the plan of a fleet, ports and names.
+- placement_fleet.py: the plan of a fleet, ports and names;
+- placement_multinode.py: instances over several hosts (nodes_per_instance).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 
 Every host is planned on its own (placement_host.py), so adding a host
 never moves an instance on another; names and ports depend only on the
-per-host ordinal.
+per-host ordinal. Instances over several hosts (nodes_per_instance > 1)
+are placement_multinode.py's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import host_facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_host import FleetSlots, plan_host_validated
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement_multinode import plan_multinode
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import (
     FLEET_OPTIONS,
     HOST_OPTIONS,
@@ -83,6 +85,8 @@ def _plan_fleet(hosts, opts):
             slots.append(("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist))
         return FleetSlots(opts["tp_size"], opts["pp_size"], slots, opts["dist_port_stride"] - 1)
 
+    if opts["nodes_per_instance"] > 1:
+        return plan_multinode(hosts, names, opts, host_opts, fleet_slots)
     for host in names:
         facts = host_facts(host, hosts[host])
         if isinstance(exclude, dict):

@@ -104,7 +104,11 @@ def plan_host_validated(facts, opts, host=None, fleet_slots=None):
     fleet_slots(count, host) -> FleetSlots, when planning for a fleet: the
     groups are then built directly as fleet instances (name, ordinal, ports).
     """
-    view = read_host_facts(facts, host)
+    return plan_host_view(read_host_facts(facts, host), opts, fleet_slots)
+
+
+def plan_host_view(view, opts, fleet_slots=None):
+    """plan_host_validated for facts already read (HostFacts from read_host_facts)."""
     key = plan_key(view, opts)
     template = _TEMPLATES.get(key)
     if template is None:

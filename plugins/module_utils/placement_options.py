@@ -42,6 +42,10 @@ FLEET_OPTIONS = dict(
     dist_port_stride=100,
     hosts=None,
     name_prefix="vllm-",
+    # Hosts per instance: pipeline stages across hosts, tensor parallel inside
+    # each (vLLM's --nnodes); master_port is the head's torch.distributed port.
+    nodes_per_instance=1,
+    master_port=29501,
 )
 
 
@@ -112,8 +116,9 @@ def validate_options(options, allowed=None):
     else:
         merged["exclude_gpus"] = _check_exclude_list(excl, "exclude_gpus")
     if "base_port" in allowed:
-        for name in ("base_port", "dist_port_base", "port_stride", "dist_port_stride"):
+        for name in ("base_port", "dist_port_base", "port_stride", "dist_port_stride", "nodes_per_instance"):
             _check_int(merged, name, 1)
+        _check_multinode(merged)
         if not isinstance(merged["name_prefix"], str) or not merged["name_prefix"]:
             raise PlacementError("name_prefix must be a non-empty string, got %s" % show(merged["name_prefix"]))
         merged["name_prefix"] = str(merged["name_prefix"])
@@ -123,6 +128,25 @@ def validate_options(options, allowed=None):
                 raise PlacementError("hosts must be a list of host names, got %s" % show(hosts))
             merged["hosts"] = [str(h) for h in hosts]
     return merged
+
+
+def _check_multinode(merged):
+    port = merged["master_port"]
+    if not _is_int(port) or not 1 <= port <= 65535:
+        raise PlacementError("master_port must be an integer from 1 to 65535, got %s" % show(port))
+    merged["master_port"] = int(port)
+    nodes = merged["nodes_per_instance"]
+    if nodes == 1:
+        return
+    if merged["pp_size"] % nodes:
+        raise PlacementError(
+            "pp_size %d is not a multiple of nodes_per_instance %d: each host of an instance runs "
+            "pp_size / nodes_per_instance pipeline stages" % (merged["pp_size"], nodes))
+    if merged["max_instances_per_host"] not in (None, 1):
+        raise PlacementError(
+            "max_instances_per_host %d cannot be used with nodes_per_instance %d: a host holds at most one "
+            "multi-node instance, one per host by construction (leave it unset or 1)"
+            % (merged["max_instances_per_host"], nodes))
 
 
 def _check_exclude_list(items, what):

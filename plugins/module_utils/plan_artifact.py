@@ -141,13 +141,19 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
         "warnings": sorted(warnings, key=_host_of_warning),
         "totals": {
             "hosts": len(gpus),
-            "instances": len(instances),
+            "instances": count_instances(instances),
             "gpus": sum(gpus.values()),
             "gpus_used": used,
             "gpus_unused": sum(gpus.values()) - used,
         },
     }
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
+
+
+def count_instances(instances):
+    """Distinct instances among plan entries: a multi-node instance has an
+    entry on each of its hosts and counts once, by its head (node_rank 0)."""
+    return sum(1 for i in instances if not isinstance(i.get("multinode"), dict) or i["multinode"].get("node_rank") == 0)
 
 
 def combine_plans(plans):
