@@ -84,10 +84,15 @@ PLAYBOOK = """\
 
 
 def load_plan(addresses):
-    """The fixture plan with API ports moved to ports free on each host's
-    address (same offset for all, as fleet_plan's base_port would)."""
+    """The fixture plan, ready to render (move_ports)."""
     with open(HERE / "fixtures" / "plan_three_hosts.yml") as fixture:
-        plan = yaml.safe_load(fixture)
+        return move_ports(yaml.safe_load(fixture), addresses)
+
+
+def move_ports(plan, addresses):
+    """PLAN with API ports moved to ports free on each host's address (same
+    offset for all, as fleet_plan's base_port would) and the model names
+    fleet_plan_by_host records."""
     rng = random.Random()
     for dummy in range(50):
         offset = rng.randrange(10000, 50000, 10) - 8000
@@ -166,6 +171,12 @@ def inventory(staging, addresses, gateway, binding):
     }}
 
 
+def unit_path(tmp_path, instance):
+    """Where render_with_roles wrote the unit of a plan instance."""
+    return (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
+            / ("gpufleet-%s.service" % instance["name"]))
+
+
 def render_with_roles(tmp_path, plan, addresses, gateway, binding="numactl", extra_args=()):
     inventory_data = inventory(tmp_path / "staging", addresses, gateway, binding)
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory_data))
@@ -198,8 +209,7 @@ def fleet(tmp_path_factory):
     try:
         shared_slot = 0
         for instance in plan["instances"]:
-            unit = (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
-                    / ("gpufleet-%s.service" % instance["name"]))
+            unit = unit_path(tmp_path, instance)
             process = service_process(str(unit), SYSTEMD_BASE_ENVIRONMENT)
             rendered_argv = process["argv"]
             assert is_numactl(rendered_argv[0]), "%s does not start with numactl: %r" % (unit, rendered_argv)
@@ -438,9 +448,7 @@ def test_systemd_binding_units_name_the_planned_placement_and_run_with_it(tmp_pa
     processes = ProcessGroup(str(tmp_path))
     try:
         for slot, instance in enumerate(plan["instances"]):
-            unit = (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
-                    / ("gpufleet-%s.service" % instance["name"]))
-            process = service_process(str(unit), SYSTEMD_BASE_ENVIRONMENT)
+            process = service_process(str(unit_path(tmp_path, instance)), SYSTEMD_BASE_ENVIRONMENT)
             assert process["argv"][0] == str(STUB), "ExecStart= should run vLLM directly: %r" % process["argv"]
             service = process["service"]
             nodes = ",".join(str(node) for node in instance["binding"]["mems"])
@@ -461,3 +469,4 @@ def test_systemd_binding_units_name_the_planned_placement_and_run_with_it(tmp_pa
             assert processes.stop(key) == 0, processes.log(key)
     finally:
         processes.stop_all()
+
