@@ -11,6 +11,12 @@ arguments moved to this machine's NUMA node 0 and vLLM replaced by the
 stub. The gateway's HAProxy configuration is run by the real haproxy, and
 requests go through it over loopback. Each planned host gets its own
 127.0.0.x address, as it would have its own IP.
+
+Per-worker binding (binding.mode per_worker) is planned by the real planner
+for a machine that looks like this one (two GPUs on NUMA node 0), so its
+units run as rendered: the stub starts each GPU worker under the numactl
+arguments vLLM derives from --numa-bind-nodes/--numa-bind-cpus and reports
+what every worker got.
 """
 
 import getpass
@@ -29,6 +35,8 @@ import time
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import placement, topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
 from fleet_processes import (
     SYSTEMD_BASE_ENVIRONMENT, ProcessGroup, free_port, haproxy_server_states, http_request,
     is_numactl, node_cpus, ports_free, rebind_to_local_node, split_numactl, systemd_binding_as_numactl,
@@ -44,6 +52,8 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 NUMACTL = shutil.which("numactl") or "/usr/bin/numactl"
 LOCAL_NODE = 0
+# Recorded CPUs and NUMA node of the CI machine with two made-up GPUs on node 0.
+TWO_GPU_MACHINE = REPO / "tests" / "unit" / "fixtures" / "machines" / "this_machine_2gpu_synthetic" / "capture.yml"
 
 # A model name that breaks any ExecStart= quoting that is not right.
 MODEL = 'acme/Llama "7B" 100% $HOME \\ tuned'
@@ -84,10 +94,15 @@ PLAYBOOK = """\
 
 
 def load_plan(addresses):
-    """The fixture plan with API ports moved to ports free on each host's
-    address (same offset for all, as fleet_plan's base_port would)."""
+    """The fixture plan, ready to render (move_ports)."""
     with open(HERE / "fixtures" / "plan_three_hosts.yml") as fixture:
-        plan = yaml.safe_load(fixture)
+        return move_ports(yaml.safe_load(fixture), addresses)
+
+
+def move_ports(plan, addresses):
+    """PLAN with API ports moved to ports free on each host's address (same
+    offset for all, as fleet_plan's base_port would) and the model names
+    fleet_plan_by_host records."""
     rng = random.Random()
     for dummy in range(50):
         offset = rng.randrange(10000, 50000, 10) - 8000
@@ -166,6 +181,12 @@ def inventory(staging, addresses, gateway, binding):
     }}
 
 
+def unit_path(tmp_path, instance):
+    """Where render_with_roles wrote the unit of a plan instance."""
+    return (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
+            / ("gpufleet-%s.service" % instance["name"]))
+
+
 def render_with_roles(tmp_path, plan, addresses, gateway, binding="numactl", extra_args=()):
     inventory_data = inventory(tmp_path / "staging", addresses, gateway, binding)
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory_data))
@@ -198,8 +219,7 @@ def fleet(tmp_path_factory):
     try:
         shared_slot = 0
         for instance in plan["instances"]:
-            unit = (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
-                    / ("gpufleet-%s.service" % instance["name"]))
+            unit = unit_path(tmp_path, instance)
             process = service_process(str(unit), SYSTEMD_BASE_ENVIRONMENT)
             rendered_argv = process["argv"]
             assert is_numactl(rendered_argv[0]), "%s does not start with numactl: %r" % (unit, rendered_argv)
@@ -438,9 +458,7 @@ def test_systemd_binding_units_name_the_planned_placement_and_run_with_it(tmp_pa
     processes = ProcessGroup(str(tmp_path))
     try:
         for slot, instance in enumerate(plan["instances"]):
-            unit = (tmp_path / "staging" / instance["host"] / "etc" / "systemd" / "system"
-                    / ("gpufleet-%s.service" % instance["name"]))
-            process = service_process(str(unit), SYSTEMD_BASE_ENVIRONMENT)
+            process = service_process(str(unit_path(tmp_path, instance)), SYSTEMD_BASE_ENVIRONMENT)
             assert process["argv"][0] == str(STUB), "ExecStart= should run vLLM directly: %r" % process["argv"]
             service = process["service"]
             nodes = ",".join(str(node) for node in instance["binding"]["mems"])
@@ -461,3 +479,139 @@ def test_systemd_binding_units_name_the_planned_placement_and_run_with_it(tmp_pa
             assert processes.stop(key) == 0, processes.log(key)
     finally:
         processes.stop_all()
+
+
+# --- per-worker binding: vLLM binds each GPU worker itself -----------------
+
+PER_WORKER_ADDRESSES = {"gpu-node": "127.0.0.27", "gpu-cpus": "127.0.0.28"}
+
+
+def this_machine_facts(usable_cpus=None):
+    """Topology facts that look like this machine to the planner: the
+    recorded two-GPU machine (both GPUs on NUMA node 0) with this machine's
+    node 0 CPUs, and USABLE_CPUS of them usable where given (as a cpuset
+    would leave them)."""
+    facts = topology.facts_from_capture(str(TWO_GPU_MACHINE))
+    assert [node["id"] for node in facts["numa_nodes"]] == [LOCAL_NODE]
+    local = node_cpus(LOCAL_NODE)
+    for entry in facts["sockets"] + facts["numa_nodes"]:
+        entry["cpus"] = format_cpulist(local)
+    for device in facts["gpus"] + facts["nics"]:
+        device["local_cpus"] = format_cpulist(local)
+    facts["smt_siblings"] = [[cpu] for cpu in local]
+    facts["numa_nodes"][0]["usable_cpus"] = usable_cpus
+    return facts
+
+
+@pytest.fixture(scope="module")
+def per_worker_units(tmp_path_factory):
+    """One tp 1, pp 2 instance per host, planned by the real planner (one
+    pipeline stage per GPU: binding.mode per_worker) and rendered by the
+    roles: gpu-node binds by node; gpu-cpus, whose node 0 leaves the first
+    CPU out (where this machine has more than one), by CPU list. Returns
+    {host: {"plan": instance, "address", "unit": service_process(...)}}."""
+    tmp_path = tmp_path_factory.mktemp("per-worker")
+    local = node_cpus(LOCAL_NODE)
+    fleet = {"gpu-node": this_machine_facts()}
+    if len(local) > 1:
+        fleet["gpu-cpus"] = this_machine_facts(usable_cpus=format_cpulist(local[1:]))
+    addresses = dict((host, PER_WORKER_ADDRESSES[host]) for host in fleet)
+    plan = move_ports(placement.plan_fleet(fleet, tp_size=1, pp_size=2), addresses)
+    gateway = {"address": "127.0.0.1", "port": free_port(), "stats_port": free_port()}
+    render_with_roles(tmp_path, plan, addresses, gateway)
+    units = {}
+    for instance in plan["instances"]:
+        process = service_process(str(unit_path(tmp_path, instance)), SYSTEMD_BASE_ENVIRONMENT)
+        units[instance["host"]] = {"plan": instance, "address": addresses[instance["host"]], "unit": process}
+    assert sorted(units) == sorted(fleet)
+    return units
+
+
+def by_cpu_list_unit(per_worker_units):
+    if "gpu-cpus" not in per_worker_units:
+        pytest.skip("NUMA node %d has one CPU: nothing to leave out for binding by CPU list" % LOCAL_NODE)
+    return per_worker_units["gpu-cpus"]
+
+
+def planned_worker_args(binding):
+    """Each worker's numactl arguments, as vLLM derives them from the
+    --numa-bind-nodes/--numa-bind-cpus the plan's workers give."""
+    return [["--cpunodebind=%d" % w["node"] if binding["by_node"] else "--physcpubind=%s" % w["cpus"],
+             "--membind=%d" % w["node"]] for w in binding["workers"]]
+
+
+def start_unit(processes, entry, argv=None):
+    """Run the unit's ExecStart= (or ARGV) with its environment; return its binding report."""
+    unit, instance = entry["unit"], entry["plan"]
+    processes.start(instance["host"], argv or unit["argv"], unit["environment"], cwd=unit["working_directory"])
+    wait_for_health(processes, instance["host"], entry["address"], instance["port"])
+    return json.loads(http_request(entry["address"], instance["port"], "GET", "/debug/binding")[2])
+
+
+def check_workers_bound_as_planned(processes, entry):
+    instance = entry["plan"]
+    binding = instance["binding"]
+    numactl, options, program = split_numactl(entry["unit"]["argv"])
+    assert program[0] == str(STUB)
+    assert entry["unit"]["environment"]["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    report = start_unit(processes, entry)
+    # The API server: the first stage's node, by node or on all the instance's CPUs.
+    assert report["cpus"] == format_cpulist(parse_cpulist(binding["cpus"]))
+    assert report["memory_policy"] == "bind:%d" % binding["mems"][0]
+    assert report["numa_bind"]["errors"] == [], processes.log(instance["host"])
+    workers = report["workers"]
+    assert [w["gpu"] for w in workers] == [str(i) for i in instance["gpu_indices"]]
+    assert [w["numactl_args"] for w in workers] == planned_worker_args(binding)
+    for worker, planned in zip(workers, binding["workers"]):
+        assert (worker["returncode"], worker["error"], worker["stderr"]) == (0, None, ""), worker
+        assert worker["argv"][0] == numactl and worker["pid"] != report["pid"]
+        cpus = node_cpus(planned["node"]) if binding["by_node"] else parse_cpulist(planned["cpus"])
+        assert worker["cpus"] == format_cpulist(cpus), worker
+        assert worker["memory_policy"] == "bind:%d" % planned["node"], worker
+    return report
+
+
+def test_per_worker_unit_binds_each_worker_to_its_gpus_node(processes, per_worker_units):
+    entry = per_worker_units["gpu-node"]
+    binding = entry["plan"]["binding"]
+    assert (binding["mode"], binding["by_node"], entry["plan"]["pp_size"]) == ("per_worker", True, 2)
+    assert [w["node"] for w in binding["workers"]] == [LOCAL_NODE, LOCAL_NODE]
+    assert split_numactl(entry["unit"]["argv"])[1] == [("cpunodebind", str(LOCAL_NODE)),
+                                                       ("membind", str(LOCAL_NODE))]
+    report = check_workers_bound_as_planned(processes, entry)
+    assert [w["numactl_args"] for w in report["workers"]] == [["--cpunodebind=0", "--membind=0"]] * 2
+
+
+def test_per_worker_unit_binds_each_worker_to_its_cpu_list(processes, per_worker_units):
+    entry = by_cpu_list_unit(per_worker_units)
+    binding = entry["plan"]["binding"]
+    usable = format_cpulist(node_cpus(LOCAL_NODE)[1:])
+    assert (binding["mode"], binding["by_node"], binding["cpus"]) == ("per_worker", False, usable)
+    assert [w["cpus"] for w in binding["workers"]] == [usable, usable]
+    assert split_numactl(entry["unit"]["argv"])[1] == [("physcpubind", usable), ("membind", str(LOCAL_NODE))]
+    report = check_workers_bound_as_planned(processes, entry)
+    assert [w["numactl_args"] for w in report["workers"]] == [["--physcpubind=" + usable, "--membind=0"]] * 2
+
+
+def test_per_worker_cpus_outside_the_api_servers_are_refused(processes, per_worker_units):
+    """Why the API server of a by-CPU-list unit gets all the instance's CPUs:
+    numactl refuses a --physcpubind outside its parent's CPUs. The same
+    ExecStart= with the API server narrowed to the CPU the workers do not
+    have (the argv edited here, not the plan) leaves every worker's numactl
+    failing, which the checks above would catch. The stub's workers are
+    children of the API server (vLLM's are children of its EngineCore)."""
+    entry = by_cpu_list_unit(per_worker_units)
+    workers = entry["plan"]["binding"]["workers"]
+    numactl, options, program = split_numactl(entry["unit"]["argv"])
+    outside = sorted(set(node_cpus(LOCAL_NODE)) - set(cpu for w in workers for cpu in parse_cpulist(w["cpus"])))
+    assert outside, workers
+    narrowed = [numactl] + ["--%s=%s" % (name, outside[0] if name == "physcpubind" else value)
+                            for name, value in options] + program
+    assert narrowed != entry["unit"]["argv"] and "--physcpubind=%d" % outside[0] in narrowed
+    report = start_unit(processes, entry, narrowed)
+    assert report["cpus"] == str(outside[0])
+    assert [w["numactl_args"] for w in report["workers"]] == planned_worker_args(entry["plan"]["binding"])
+    for worker, planned in zip(report["workers"], workers):
+        assert worker["returncode"] == 1, worker
+        assert worker["stdout"].startswith("<%s> is invalid" % planned["cpus"]), worker
+        assert (worker["cpus"], worker["memory_policy"]) == (None, None), worker

@@ -108,3 +108,39 @@ def test_vllm_stub_without_model_exits_with_usage_error():
                             stderr=subprocess.PIPE, text=True, check=False, timeout=30)
     assert result.returncode == 2
     assert "no model given" in result.stderr
+
+
+def test_vllm_stub_numa_bind_reports_what_vllm_refuses_or_leaves_unbound(processes):
+    first = min(os.sched_getaffinity(0))
+    # Spawned workers, but one node and three CPU lists for two GPUs: rank 1 has no node.
+    port = start_stub(processes, ["m", "-pp", "2", "--numa-bind", "--numa-bind-nodes", "0",
+                                  "--numa-bind-cpus", str(first), str(first), str(first)],
+                      {"CUDA_VISIBLE_DEVICES": "4,5", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}, name="short")
+    report = json.loads(http_request(ADDRESS, port, "GET", "/debug/binding")[2])
+    assert report["numa_bind"]["nodes"] == [0]
+    assert report["numa_bind"]["cpus"] == [str(first)] * 3
+    assert report["numa_bind"]["errors"] == [
+        "--numa-bind-nodes lists 1 nodes for 2 GPUs (CUDA_VISIBLE_DEVICES=4,5)",
+        "--numa-bind-cpus lists 3 CPU lists for 2 GPUs (CUDA_VISIBLE_DEVICES=4,5)"]
+    zero, one = report["workers"]
+    assert zero["numactl_args"] == ["--physcpubind=%d" % first, "--membind=0"]
+    assert (zero["gpu"], zero["returncode"], zero["cpus"], zero["memory_policy"]) == ("4", 0, str(first), "bind:0")
+    assert (one["gpu"], one["numactl_args"], one["argv"], one["returncode"]) == ("5", None, None, None)
+    assert one["error"] == "no --numa-bind-nodes entry for local rank 1"
+
+    # Forked workers never pass through numactl: they keep the API server's binding.
+    port = start_stub(processes, ["m", "--numa-bind", "--numa-bind-nodes", "0"],
+                      {"CUDA_VISIBLE_DEVICES": "2", "VLLM_WORKER_MULTIPROC_METHOD": "fork"}, name="forked")
+    report = json.loads(http_request(ADDRESS, port, "GET", "/debug/binding")[2])
+    (error,) = report["numa_bind"]["errors"]
+    assert error.startswith("VLLM_WORKER_MULTIPROC_METHOD is 'fork', not spawn")
+    (worker,) = report["workers"]
+    assert (worker["numactl_args"], worker["returncode"], worker["error"]) == ([], 0, None)
+    assert (worker["cpus"], worker["memory_policy"]) == (report["cpus"], "default")
+    assert worker["argv"][1:] == [str(STUB), "--stub-report-binding"]
+
+
+def test_vllm_stub_without_numa_bind_starts_no_workers(processes):
+    port = start_stub(processes, ["m", "--numa-bind-nodes", "0"], {"CUDA_VISIBLE_DEVICES": "0"})
+    report = json.loads(http_request(ADDRESS, port, "GET", "/debug/binding")[2])
+    assert (report["numa_bind"], report["workers"]) == (None, [])
