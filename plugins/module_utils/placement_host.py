@@ -296,7 +296,9 @@ def _binding(topo, opts, idx, host, stages, stage_entries, node_of, cpus, interl
     that node; the API server process the first stage's nodes. Its CPUs
     are those nodes' when binding by node, and all the instance's CPUs
     when binding by CPU list: vLLM starts each worker under `numactl
-    --physcpubind`, which refuses CPUs outside its parent's set.
+    --physcpubind`, which refuses CPUs outside its parent's set, and the
+    parent is the API server itself when vLLM runs its engine in-process
+    (docs/plan.md, binding modes).
     """
     node_cpus = dict((n.id, set(parse_cpulist(n.cpus))) for n in topo.nodes)
     mine = set(parse_cpulist(cpus.cpus)) if cpus.cpus else set()
