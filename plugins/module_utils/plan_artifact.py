@@ -127,11 +127,13 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
         hosts[host] = entry
     gpus = dict((h, hosts[h].get("gpus", 0)) for h in hosts)
 
-    instances = sorted(keep(previous["instances"]) + list(fresh["instances"]),
+    kept_instances, orphans, orphan_warnings = _drop_reformed(keep(previous["instances"]), fresh, replanned)
+    instances = sorted(kept_instances + list(fresh["instances"]),
                        key=lambda i: (i["host"], i.get("ordinal", 0)))
-    unused = sorted(keep(previous["unused"]) + list(fresh["unused"]),
+    unused = sorted(keep(previous["unused"]) + orphans + list(fresh["unused"]),
                     key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1))
-    warnings = [w for w in previous["warnings"] if _host_of_warning(w) in kept] + list(fresh["warnings"])
+    warnings = ([w for w in previous["warnings"] if _host_of_warning(w) in kept] + list(fresh["warnings"])
+                + orphan_warnings)
     used = sum(len(i["gpus"]) for i in instances)
     plan = {
         "artifact_version": ARTIFACT_VERSION,
@@ -148,6 +150,32 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
         },
     }
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
+
+
+def _drop_reformed(kept, fresh, replanned):
+    """Kept entries of multi-node instances that this run formed anew.
+
+    A host this run did not reach keeps its entries, but its part of a
+    multi-node instance is stale once a partner host was re-planned into
+    another instance (or none): that entry leaves the plan, its GPUs are
+    unused, and a warning says to run the host again. Returns (entries
+    kept, unused GPUs, warnings)."""
+    fresh_hosts = dict((i["host"], (i.get("multinode") or {}).get("hosts")) for i in fresh["instances"])
+    keep, unused, warnings = [], [], []
+    for entry in kept:
+        multinode = entry.get("multinode")
+        partners = multinode.get("hosts") if isinstance(multinode, dict) else None
+        moved = [h for h in partners or () if h in replanned and fresh_hosts.get(h) != partners]
+        if not moved:
+            keep.append(entry)
+            continue
+        why = ("its multi-node instance %s (hosts %s) was formed anew without it: %s re-planned while this host "
+               "was not reached; run the deploy with this host to plan it again"
+               % (entry.get("name"), ", ".join(partners), ", ".join(moved)))
+        unused.extend({"host": entry["host"], "id": g.get("id"), "index": g.get("index"), "reason": why}
+                      for g in entry.get("gpus") or ())
+        warnings.append("%s: %s" % (entry["host"], why))
+    return keep, unused, warnings
 
 
 def count_instances(instances):

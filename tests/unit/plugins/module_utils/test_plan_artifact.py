@@ -218,3 +218,31 @@ def test_fleet_plan_by_host_without_facts_names_the_host(facts):
 
     with pytest.raises(AnsibleFilterError, match="host gpu-x: no topology facts"):
         fleet_plan_by_host({"gpu-x": {}})
+
+
+def test_a_multinode_instance_formed_anew_drops_the_unreached_partners_stale_part(facts):
+    # Three H100 hosts, two per instance: [a, b] and c left over. A run that
+    # does not reach b pairs a with c; b's kept part of [a, b] is stale.
+    hosts = dict((h, facts["h100"]) for h in ("gpu-a", "gpu-b", "gpu-c"))
+    options = dict(tp_size=4, pp_size=2, nodes_per_instance=2)
+    full = placement.plan_fleet(hosts, **options)
+    before = plan_artifact.merge_plans(full, None, sorted(hosts), sorted(hosts))["plan"]
+    assert [(i["host"], i["multinode"]["hosts"]) for i in before["instances"]] == [
+        ("gpu-a", ["gpu-a", "gpu-b"]), ("gpu-b", ["gpu-a", "gpu-b"])]
+    fresh = placement.plan_fleet({"gpu-a": hosts["gpu-a"], "gpu-c": hosts["gpu-c"]}, **options)
+    after = plan_artifact.merge_plans(fresh, before, ["gpu-a", "gpu-c"], sorted(hosts))
+    assert [(i["host"], i["multinode"]["hosts"]) for i in after["plan"]["instances"]] == [
+        ("gpu-a", ["gpu-a", "gpu-c"]), ("gpu-c", ["gpu-a", "gpu-c"])]
+    stale = [u for u in after["plan"]["unused"] if u["host"] == "gpu-b"]
+    anew = [u["index"] for u in stale if "was formed anew without it: gpu-a re-planned" in u["reason"]]
+    assert len(stale) == 8 and anew == [0, 1, 2, 3]  # its share; 4-7 were unused already
+    assert any(w.startswith("gpu-b: its multi-node instance vllm-0 (hosts gpu-a, gpu-b)") for w in
+               after["plan"]["warnings"])
+    assert after["plan"]["totals"]["instances"] == 1
+    # a partner re-planned as a one-host instance leaves it stale too
+    alone = plan_artifact.merge_plans(placement.plan_fleet({"gpu-a": hosts["gpu-a"]}, tp_size=4, pp_size=2),
+                                      before, ["gpu-a"], sorted(hosts))
+    assert not any(i["host"] == "gpu-b" for i in alone["plan"]["instances"])
+    # the same pairing planned again changes nothing
+    same = plan_artifact.merge_plans(full, before, sorted(hosts), sorted(hosts))
+    assert same["plan"]["instances"] == before["instances"]
