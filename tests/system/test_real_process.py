@@ -17,6 +17,11 @@ for a machine that looks like this one (two GPUs on NUMA node 0), so its
 units run as rendered: the stub starts each GPU worker under the numactl
 arguments vLLM derives from --numa-bind-nodes/--numa-bind-cpus and reports
 what every worker got.
+
+A multi-node instance (tp 1, pp 2 over two such machines, one stage each)
+is planned by the real planner too: the worker's unit starts first and its
+ExecStartPre waits for the head's rendezvous port, the head serves once
+rank 1 has joined, and the worker fails when the head stops.
 """
 
 import getpass
@@ -42,7 +47,7 @@ from fleet_processes import (
     is_numactl, node_cpus, ports_free, rebind_to_local_node, split_numactl, systemd_binding_as_numactl,
     wait_for_health, wait_until,
 )
-from systemd_exec import service_process
+from systemd_exec import parse_exec_line, read_unit, service_process, unit_values
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent
@@ -151,6 +156,8 @@ def inventory(staging, addresses, gateway, binding):
                     "vllm_api_key": API_KEY,
                     "vllm_extra_args": {"max-model-len": 4096},
                     "vllm_shutdown_timeout": 5,
+                    # Where the hosts reach each other (a multi-node head's is --master-addr).
+                    "vllm_node_addresses": dict(addresses),
                 },
             },
             "gateways": {
@@ -615,3 +622,101 @@ def test_per_worker_cpus_outside_the_api_servers_are_refused(processes, per_work
         assert worker["returncode"] == 1, worker
         assert worker["stdout"].startswith("<%s> is invalid" % planned["cpus"]), worker
         assert (worker["cpus"], worker["memory_policy"]) == (None, None), worker
+
+
+# --- a multi-node instance: one pipeline stage on each of two hosts -------
+
+MULTINODE_ADDRESSES = {"gpu-a": "127.0.0.29", "gpu-b": "127.0.0.30"}
+
+
+def exec_lines(unit_file, key, environment):
+    """argv of every KEY= (ExecStartPre, ExecStartPost) of a rendered unit, as systemd would run them."""
+    with open(unit_file) as unit:
+        sections = read_unit(unit.read(), str(unit_file))
+    return [parse_exec_line(value, environment, key)[1] for value in unit_values(sections, "Service", key)]
+
+
+def wait_ready_lines(unit_file, key, environment):
+    """The gpufleet-wait-ready lines among a unit's KEY= lines."""
+    return [argv for argv in exec_lines(unit_file, key, environment)
+            if os.path.basename(argv[0]) == "gpufleet-wait-ready"]
+
+
+def test_multinode_units_start_worker_first_then_head_and_fail_together(processes, tmp_path):
+    """One tp 1, pp 2 instance over two hosts, planned by the real planner
+    for two machines like this one and rendered by the role for each host:
+    the worker's unit starts first and waits (its ExecStartPre) until the
+    head's rendezvous port opens, then joins as rank 1; the head serves only
+    then; when the head stops, the worker fails."""
+    head_address = MULTINODE_ADDRESSES["gpu-a"]
+    master_port = free_port(head_address)
+    plan = placement.plan_fleet({"gpu-a": this_machine_facts(), "gpu-b": this_machine_facts()}, tp_size=1,
+                                pp_size=2, nodes_per_instance=2, master_port=master_port)
+    plan = move_ports(plan, MULTINODE_ADDRESSES)
+    entries = dict((instance["host"], instance) for instance in plan["instances"])
+    assert sorted(entries) == ["gpu-a", "gpu-b"]
+    head_plan, worker_plan = entries["gpu-a"], entries["gpu-b"]
+    assert head_plan["multinode"]["node_rank"] == 0 and worker_plan["multinode"]["node_rank"] == 1
+    assert head_plan["multinode"]["master_port"] == master_port != head_plan["port"]
+    gateway = {"address": "127.0.0.1", "port": free_port(), "stats_port": free_port()}
+    render_with_roles(tmp_path, plan, MULTINODE_ADDRESSES, gateway)
+    head_file, worker_file = unit_path(tmp_path, head_plan), unit_path(tmp_path, worker_plan)
+    head = service_process(str(head_file), SYSTEMD_BASE_ENVIRONMENT)
+    worker = service_process(str(worker_file), SYSTEMD_BASE_ENVIRONMENT)
+    master = "%s:%d" % (head_address, master_port)
+    for unit in (head, worker):
+        dummy, dummy, program = split_numactl(unit["argv"])
+        assert program[0] == str(STUB), unit["argv"]
+
+    # Command lines: the head serves, rank 1 runs headless, both name the head's address.
+    head_args, worker_args = split_numactl(head["argv"])[2], split_numactl(worker["argv"])[2]
+    for args, rank in ((head_args, "0"), (worker_args, "1")):
+        assert args[args.index("--nnodes") + 1] == "2", args
+        assert args[args.index("--node-rank") + 1] == rank, args
+        assert args[args.index("--master-addr") + 1] == head_address, args
+        assert args[args.index("--master-port") + 1] == str(master_port), args
+    assert "--headless" not in head_args
+    assert head_args[head_args.index("--host") + 1:head_args.index("--host") + 4] == [
+        head_address, "--port", str(head_plan["port"])]
+    assert "--headless" in worker_args and "--host" not in worker_args and "--port" not in worker_args
+
+    # The worker waits for the head's rendezvous port before it starts (and has no
+    # ExecStartPost: it serves no /health); the head waits for its own /health.
+    (worker_pre,) = wait_ready_lines(worker_file, "ExecStartPre", worker["environment"])
+    assert worker_pre[1:] == ["tcp://%s" % master, worker["environment"]["VLLM_ENGINE_READY_TIMEOUT_S"]], worker_pre
+    assert wait_ready_lines(worker_file, "ExecStartPost", worker["environment"]) == []
+    assert wait_ready_lines(head_file, "ExecStartPre", head["environment"]) == []
+    (head_post,) = wait_ready_lines(head_file, "ExecStartPost", head["environment"])
+    assert head_post[1] == "http://%s:%d/health" % (head_address, head_plan["port"]), head_post
+
+    # The worker's unit first: its ExecStartPre waits while no head listens.
+    processes.start("gpu-b-pre", worker_pre, worker["environment"], cwd=worker["working_directory"])
+    time.sleep(1.5)
+    assert processes.processes["gpu-b-pre"][0].poll() is None, processes.log("gpu-b-pre")
+    processes.start("gpu-a", head["argv"], head["environment"], cwd=head["working_directory"])
+    assert processes.processes["gpu-b-pre"][0].wait(30) == 0, processes.log("gpu-b-pre")
+    # The head's port is open, but it does not serve before its rank joins.
+    assert http_request(head_address, head_plan["port"], "GET", "/health")[0] == 503
+    processes.start("gpu-b", worker["argv"], worker["environment"], cwd=worker["working_directory"])
+    wait_for_health(processes, "gpu-a", head_address, head_plan["port"])
+    post = subprocess.run(head_post, env=head["environment"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False, timeout=60)
+    assert post.returncode == 0, post.stdout
+    assert "vllm-stub: node rank 1 of 2 joined head %s\n" % master in processes.log("gpu-b")
+
+    report = json.loads(http_request(head_address, head_plan["port"], "GET", "/debug/binding")[2])
+    assert report["multinode"] == {"nnodes": 2, "node_rank": 0, "master": master}
+    (rank,) = report["ranks"]
+    assert (rank["node_rank"], rank["nnodes"], rank["master"]) == (1, 2, master), rank
+    assert rank["cuda_visible_devices"] == ",".join(str(i) for i in worker_plan["gpu_indices"]), rank
+    assert rank["pid"] == processes.processes["gpu-b"][0].pid, rank
+    assert report["environment"]["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in head_plan["gpu_indices"])
+    status, dummy, body = http_request(head_address, head_plan["port"], "POST", "/v1/completions",
+                                       {"model": SERVED_NAME, "max_tokens": 2},
+                                       {"Authorization": "Bearer " + API_KEY})
+    assert status == 200, body
+
+    # Stopping the head (systemd's SIGTERM) fails its rank: systemd restarts it.
+    assert processes.stop("gpu-a") == 0, processes.log("gpu-a")
+    assert processes.processes["gpu-b"][0].wait(15) == 1, processes.log("gpu-b")
+    assert "head %s closed the connection" % master in processes.log("gpu-b")

@@ -8,9 +8,11 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 
 
 from fleet_processes import free_port, http_request, wait_for_health, wait_until
@@ -144,3 +146,178 @@ def test_vllm_stub_without_numa_bind_starts_no_workers(processes):
     port = start_stub(processes, ["m", "--numa-bind-nodes", "0"], {"CUDA_VISIBLE_DEVICES": "0"})
     report = json.loads(http_request(ADDRESS, port, "GET", "/debug/binding")[2])
     assert (report["numa_bind"], report["workers"]) == (None, [])
+
+
+# --- multi-node: --nnodes, --node-rank, --master-addr, --master-port, --headless
+
+def multinode_args(nnodes, master_port, rank=0):
+    """A multi-node instance's options for node RANK (the head is 0; the others run headless)."""
+    args = ["--nnodes", str(nnodes), "--master-addr", ADDRESS, "--master-port", str(master_port)]
+    return args + (["--node-rank", str(rank), "--headless"] if rank else [])
+
+
+def health_status(port):
+    try:
+        return http_request(ADDRESS, port, "GET", "/health", timeout=0.5)[0]
+    except OSError:
+        return None
+
+
+def start_head(processes, nnodes, master_port, name="head"):
+    """Start a head and wait until its HTTP port answers (503 while ranks are missing); return that port."""
+    port = free_port(ADDRESS)
+    processes.start(name, [str(STUB), "serve", "m"] + multinode_args(nnodes, master_port)
+                    + ["--host", ADDRESS, "--port", str(port)], dict(os.environ))
+    process = processes.processes[name][0]
+
+    def answers():
+        assert process.poll() is None, processes.log(name)
+        return health_status(port)
+    wait_until(answers, 15, what="%s's HTTP port" % name)
+    return port
+
+
+def start_rank(processes, rank, nnodes, master_port, name, environment=None, extra=()):
+    env = dict(os.environ, VLLM_ENGINE_READY_TIMEOUT_S="30")
+    env.update(environment or {})
+    return processes.start(name, [str(STUB), "serve", "m"] + multinode_args(nnodes, master_port, rank) + list(extra),
+                           env)
+
+
+def wait_joined(processes, name):
+    process = processes.processes[name][0]
+
+    def joined():
+        assert process.poll() is None, "%s exited with %s:\n%s" % (name, process.returncode, processes.log(name))
+        return "joined head" in processes.log(name)
+    wait_until(joined, 15, what="%s to join its head" % name)
+
+
+def run_stub(args, environment=None, timeout=30):
+    env = dict(os.environ, VLLM_ENGINE_READY_TIMEOUT_S="5")
+    env.update(environment or {})
+    return subprocess.run([sys.executable, str(STUB), "serve", "m"] + args, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, check=False, timeout=timeout, env=env)
+
+
+def test_vllm_stub_refuses_node_ranks_vllm_refuses(tmp_path):
+    config = tmp_path / "rank.yaml"
+    config.write_text("nnodes: 2\nnode-rank: 3\nheadless: true\nmaster-port: 1\n")
+    for args, message in [
+        (["--nnodes", "2", "--node-rank", "2", "--headless"], "--node-rank 2 is out of range for --nnodes 2 (0..1)"),
+        (["--nnodes", "2", "--node-rank", "-1", "--headless"], "--node-rank -1 is out of range for --nnodes 2"),
+        (["--config", str(config)], "--node-rank 3 is out of range for --nnodes 2"),
+        (["--nnodes", "2", "--headless"], "--headless on node rank 0"),
+        (["--headless"], "--headless on node rank 0"),
+        (["--nnodes", "2", "--node-rank", "1"], "--node-rank 1 needs --headless"),
+        (["--nnodes", "0"], "--nnodes 0: at least 1 node"),
+    ]:
+        result = run_stub(args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr, (args, result.stderr)
+
+
+def test_vllm_stub_head_serves_once_every_rank_joined(processes):
+    master_port = free_port(ADDRESS)
+    port = start_head(processes, 3, master_port)
+    master = "%s:%d" % (ADDRESS, master_port)
+    report = json.loads(http_request(ADDRESS, port, "GET", "/debug/binding")[2])
+    assert (report["multinode"], report["ranks"]) == ({"nnodes": 3, "node_rank": 0, "master": master}, [])
+    assert health_status(port) == 503
+    status, dummy, body = http_request(ADDRESS, port, "POST", "/v1/completions", {"model": "m"})
+    assert status == 503
+    assert json.loads(body)["error"]["message"] == "node ranks 1,2 of 3 have not joined %s" % master
+    # A port probe (gpufleet-wait-ready tcp://) connects and closes without a hello: no rank.
+    socket.create_connection((ADDRESS, master_port), timeout=5).close()
+
+    start_rank(processes, 2, 3, master_port, "rank2", {"CUDA_VISIBLE_DEVICES": "6,7"})
+    wait_joined(processes, "rank2")
+    assert "vllm-stub: node rank 2 of 3 joined head %s\n" % master in processes.log("rank2")
+    assert health_status(port) == 503
+    status, dummy, body = http_request(ADDRESS, port, "POST", "/v1/completions", {"model": "m"})
+    assert (status, json.loads(body)["error"]["message"]) == (503, "node ranks 1 of 3 have not joined %s" % master)
+
+    start_rank(processes, 1, 3, master_port, "rank1", {"CUDA_VISIBLE_DEVICES": ""})
+    wait_for_health(processes, "head", ADDRESS, port)
+    status, dummy, body = http_request(ADDRESS, port, "POST", "/v1/completions", {"model": "m", "max_tokens": 1})
+    assert status == 200, body
+    ranks = json.loads(body)["stub_binding"]["ranks"]
+    pids = [processes.processes[name][0].pid for name in ("rank1", "rank2")]
+    assert ranks == [
+        {"node_rank": 1, "nnodes": 3, "master": master, "hostname": socket.gethostname(),
+         "cuda_visible_devices": "", "pid": pids[0], "peer": ranks[0]["peer"]},
+        {"node_rank": 2, "nnodes": 3, "master": master, "hostname": socket.gethostname(),
+         "cuda_visible_devices": "6,7", "pid": pids[1], "peer": ranks[1]["peer"]}]
+    assert all(rank["peer"].startswith("127.") for rank in ranks), ranks
+
+    # A rank that stops (SIGTERM: exit 0) leaves; the head stops serving.
+    assert processes.stop("rank1") == 0, processes.log("rank1")
+    wait_until(lambda: health_status(port) == 503, 10, what="the head to miss rank 1")
+    report = json.loads(http_request(ADDRESS, port, "GET", "/debug/binding")[2])
+    assert [rank["node_rank"] for rank in report["ranks"]] == [2]
+    assert "node rank 1 left" in processes.log("head")
+
+
+def test_vllm_stub_head_refuses_duplicate_and_foreign_ranks(processes):
+    master_port = free_port(ADDRESS)
+    port = start_head(processes, 2, master_port)
+    start_rank(processes, 1, 2, master_port, "rank1")
+    wait_joined(processes, "rank1")
+    wait_for_health(processes, "head", ADDRESS, port)
+
+    result = run_stub(multinode_args(2, master_port, 1))
+    assert result.returncode == 1, result.stderr
+    assert "head %s:%d refused this rank: node rank 1 has already joined" % (ADDRESS, master_port) in result.stderr
+    result = run_stub(multinode_args(3, master_port, 2))
+    assert result.returncode == 1, result.stderr
+    assert "refused this rank: nnodes 3 does not match the head's 2" in result.stderr
+    for hello, error in [({"node_rank": 5, "nnodes": 2}, "node rank 5 is out of range 1..1"),
+                         ({"node_rank": 0, "nnodes": 2}, "node rank 0 is out of range 1..1")]:
+        with socket.create_connection((ADDRESS, master_port), timeout=5) as connection:
+            connection.sendall((json.dumps(hello) + "\n").encode())
+            with connection.makefile("rb") as reader:
+                assert json.loads(reader.readline()) == {"ok": False, "error": error}
+                assert reader.read() == b"", "the head should close a refused connection"
+    # The joined rank is still the only one, and the head still serves.
+    report = json.loads(http_request(ADDRESS, port, "GET", "/debug/binding")[2])
+    assert [rank["pid"] for rank in report["ranks"]] == [processes.processes["rank1"][0].pid]
+    assert health_status(port) == 200
+
+
+def test_vllm_stub_rank_retries_until_its_head_listens(processes):
+    master_port = free_port(ADDRESS)
+    first = min(os.sched_getaffinity(0))
+    # Its GPU worker is bound before it connects, as on the head.
+    start_rank(processes, 1, 2, master_port, "rank1",
+               {"CUDA_VISIBLE_DEVICES": "3", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
+               ["--numa-bind", "--numa-bind-nodes", "0", "--numa-bind-cpus", str(first)])
+    wait_until(lambda: "joining head" in processes.log("rank1"), 15, what="rank 1 to try its head")
+    time.sleep(1.5)  # three attempts refused
+    assert processes.processes["rank1"][0].poll() is None, processes.log("rank1")
+    assert "joined" not in processes.log("rank1")
+    port = start_head(processes, 2, master_port)
+    wait_joined(processes, "rank1")
+    wait_for_health(processes, "head", ADDRESS, port)
+    log = processes.log("rank1")
+    worker = "vllm-stub: worker 0 (GPU 3): numactl --physcpubind=%d --membind=0: cpus %d, memory bind:0\n" % (
+        first, first)
+    assert worker in log and log.index(worker) < log.index("joining head"), log
+
+
+def test_vllm_stub_rank_gives_up_without_a_head():
+    started = time.monotonic()
+    result = run_stub(multinode_args(2, free_port(ADDRESS), 1), {"VLLM_ENGINE_READY_TIMEOUT_S": "1"})
+    assert result.returncode == 1, result.stderr
+    assert "did not accept a connection within 1 s" in result.stderr
+    assert time.monotonic() - started < 15
+
+
+def test_vllm_stub_rank_fails_when_its_head_dies(processes):
+    master_port = free_port(ADDRESS)
+    port = start_head(processes, 2, master_port)
+    start_rank(processes, 1, 2, master_port, "rank1")
+    wait_joined(processes, "rank1")
+    wait_for_health(processes, "head", ADDRESS, port)
+    processes.signal("head", signal.SIGKILL)
+    assert processes.processes["rank1"][0].wait(10) == 1
+    assert "head %s:%d closed the connection" % (ADDRESS, master_port) in processes.log("rank1")
