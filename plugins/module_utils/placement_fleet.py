@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options im
     PlacementError,
     validate_options,
 )
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan_totals import plan_totals
 
 
 def plan_fleet(fleet, **options):
@@ -100,19 +101,8 @@ def _plan_fleet(hosts, opts):
             unused.append({"host": host, "id": entry["id"], "index": entry["index"], "reason": entry["reason"]})
         if plan["warnings"]:
             warnings.extend("%s: %s" % (host, w) for w in plan["warnings"])
-    used = sum(len(i["gpus"]) for i in instances)
-    return {
-        "instances": instances,
-        "unused": unused,
-        "warnings": warnings,
-        "totals": {
-            "hosts": len(names),
-            "instances": len(instances),
-            "gpus": gpu_total,
-            "gpus_used": used,
-            "gpus_unused": gpu_total - used,
-        },
-    }
+    return {"instances": instances, "unused": unused, "warnings": warnings,
+            "totals": plan_totals(len(names), gpu_total, instances)}
 
 
 def check_ports(opts, count, host):

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement_cpus impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_facts import host_facts, read_host_facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_host import plan_host_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement_options import PlacementError
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan_totals import plan_totals
 from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import show
 
 
@@ -89,19 +90,8 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
                         % (left[0].host, nodes, len(read), count, ", ".join(v.host for v in left)))
 
     gpu_total = sum(len(view.gpus) for dummy, view in read)
-    used = sum(len(i["gpus"]) for i in instances)
-    return {
-        "instances": instances,
-        "unused": unused,
-        "warnings": warnings,
-        "totals": {
-            "hosts": len(names),
-            "instances": count,
-            "gpus": gpu_total,
-            "gpus_used": used,
-            "gpus_unused": gpu_total - used,
-        },
-    }
+    return {"instances": instances, "unused": unused, "warnings": warnings,
+            "totals": plan_totals(len(names), gpu_total, instances)}
 
 
 def _share_reason(reason, nodes):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan_totals import plan_totals
+
 ARTIFACT_VERSION = 1
 PLAN_KEYS = ("instances", "unused", "warnings", "totals")
 
@@ -134,20 +136,13 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
                     key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1))
     warnings = ([w for w in previous["warnings"] if _host_of_warning(w) in kept] + list(fresh["warnings"])
                 + orphan_warnings)
-    used = sum(len(i["gpus"]) for i in instances)
     plan = {
         "artifact_version": ARTIFACT_VERSION,
         "hosts": dict((h, hosts[h]) for h in sorted(hosts)),
         "instances": instances,
         "unused": unused,
         "warnings": sorted(warnings, key=_host_of_warning),
-        "totals": {
-            "hosts": len(gpus),
-            "instances": count_instances(instances),
-            "gpus": sum(gpus.values()),
-            "gpus_used": used,
-            "gpus_unused": sum(gpus.values()) - used,
-        },
+        "totals": plan_totals(len(gpus), sum(gpus.values()), instances),
     }
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
 
@@ -176,12 +171,6 @@ def _drop_reformed(kept, fresh, replanned):
                       for g in entry.get("gpus") or ())
         warnings.append("%s: %s" % (entry["host"], why))
     return keep, unused, warnings
-
-
-def count_instances(instances):
-    """Distinct instances among plan entries: a multi-node instance has an
-    entry on each of its hosts and counts once, by its head (node_rank 0)."""
-    return sum(1 for i in instances if not isinstance(i.get("multinode"), dict) or i["multinode"].get("node_rank") == 0)
 
 
 def combine_plans(plans):

@@ -184,6 +184,16 @@ def start_rank(processes, rank, nnodes, master_port, name, environment=None, ext
                            env)
 
 
+def start_joined_pair(processes):
+    """A two-node instance: a head and its rank 1 ("rank1"), joined and serving; (master port, API port)."""
+    master_port = free_port(ADDRESS)
+    port = start_head(processes, 2, master_port)
+    start_rank(processes, 1, 2, master_port, "rank1")
+    wait_joined(processes, "rank1")
+    wait_for_health(processes, "head", ADDRESS, port)
+    return master_port, port
+
+
 def wait_joined(processes, name):
     process = processes.processes[name][0]
 
@@ -259,11 +269,7 @@ def test_vllm_stub_head_serves_once_every_rank_joined(processes):
 
 
 def test_vllm_stub_head_refuses_duplicate_and_foreign_ranks(processes):
-    master_port = free_port(ADDRESS)
-    port = start_head(processes, 2, master_port)
-    start_rank(processes, 1, 2, master_port, "rank1")
-    wait_joined(processes, "rank1")
-    wait_for_health(processes, "head", ADDRESS, port)
+    master_port, port = start_joined_pair(processes)
 
     result = run_stub(multinode_args(2, master_port, 1))
     assert result.returncode == 1, result.stderr
@@ -313,11 +319,7 @@ def test_vllm_stub_rank_gives_up_without_a_head():
 
 
 def test_vllm_stub_rank_fails_when_its_head_dies(processes):
-    master_port = free_port(ADDRESS)
-    port = start_head(processes, 2, master_port)
-    start_rank(processes, 1, 2, master_port, "rank1")
-    wait_joined(processes, "rank1")
-    wait_for_health(processes, "head", ADDRESS, port)
+    master_port, dummy = start_joined_pair(processes)
     processes.signal("head", signal.SIGKILL)
     assert processes.processes["rank1"][0].wait(10) == 1
     assert "head %s:%d closed the connection" % (ADDRESS, master_port) in processes.log("rank1")
