@@ -461,8 +461,14 @@ def _status_cpu_lines(text):
     return "".join(line for line in text.splitlines(True) if line.startswith("Cpus_allowed"))
 
 
+def _mountinfo_cgroup_lines(text):
+    """/proc/self/mountinfo as a capture keeps it: the cgroup mounts only
+    (the others name the host's disks and paths, and are not read)."""
+    return "".join(line for line in text.splitlines(True) if " - cgroup" in line)
+
+
 # Files recorded in part: path -> what of the text a capture keeps.
-_RECORD_FILTERS = {"/proc/self/status": _status_cpu_lines}
+_RECORD_FILTERS = {"/proc/self/status": _status_cpu_lines, "/proc/self/mountinfo": _mountinfo_cgroup_lines}
 
 
 class RecordingReader(Reader):
