@@ -140,7 +140,8 @@ def read_hwloc(xml_text):
             kind = child.get("type")
             here = _mask_cpus(child.get("cpuset")) if child.get("cpuset") else cpuset
             if kind == "Package":
-                out["packages"][int(child.get("os_index"))] = here
+                # No os_index when the tree has no physical_package_id: hwloc's own order then.
+                out["packages"][int(child.get("os_index", len(out["packages"])))] = here
             elif kind == "NUMANode":
                 memory = child.get("local_memory")
                 out["nodes"][int(child.get("os_index"))] = {
