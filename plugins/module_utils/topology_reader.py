@@ -614,8 +614,13 @@ def _parse_text(text, name):
     """YAML when PyYAML is importable (the controller), JSON otherwise.
 
     `nvidia-smi topo -m` output saved as it is (a text file, not YAML) is
-    a capture of that one command.
+    a capture of that one command; hwloc XML and an NCCL topology dump
+    are captures of the sysfs they describe (topology_xml).
     """
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_xml import capture_from_xml, is_xml
+
+    if is_xml(text):
+        return capture_from_xml(text, name)
     try:
         import yaml  # controller side; targets replay captures as dicts
     except ImportError:

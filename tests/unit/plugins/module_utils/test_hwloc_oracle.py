@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import forma
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture
 
-from . import hwloc_oracle
+import hwloc_oracle
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 TREES = sorted(glob.glob(os.path.join(FIXTURES, "machines", "*", "capture.yml"))
