@@ -406,6 +406,11 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
             warnings.append(narrow)
         nics.append(dict(nic, gpu_links=_sysfs_nic_links(nic.get("gpu_links"), table)))
     _merge_matrix_nics(nics, (smi_topo_part or {}).get("nics"), table, gpus)
+    for nic in nics:
+        # A NIC known from a topo -m column only: its legend names the RDMA device.
+        nic.setdefault("net_interfaces", [])
+        nic.setdefault("rdma_devices", list(nic.get("interfaces") or []))
+        nic.setdefault("pci_class", None)
 
     for node in nodes:
         node.setdefault("socket", None)

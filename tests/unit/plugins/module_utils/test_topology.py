@@ -385,7 +385,8 @@ def test_facts_topo_matrix_only_gpu_numa_id_is_a_memory_node():
     assert facts["nics"] == [{"id": "NIC0", "pci_bus_id": None, "vendor": "mellanox", "interfaces": ["mlx5_0"],
                               "numa_node": 0, "local_cpus": None, "pcie": dict.fromkeys(
                                   ("current_speed", "max_speed", "current_width", "max_width")),
-                              "gpu_links": {"GPU0": "NODE"}}]
+                              "gpu_links": {"GPU0": "NODE"},
+                              "net_interfaces": [], "rdma_devices": ["mlx5_0"], "pci_class": None}]
 
 
 def test_facts_nic_column_numa_node_null_when_its_gpus_disagree():
