@@ -288,6 +288,10 @@ ansible_facts:
                 the node sysfs puts the GPU on when that node has no CPUs); null on GPUs whose memory is no NUMA node.
               type: int
               sample: 1
+            pci_class:
+              description: The GPU's PCI class as sysfs writes it; null when no source read it (added).
+              type: str
+              sample: "0x030200"
             memory_mb:
               description: GPU memory in MiB; null when unknown.
               type: int

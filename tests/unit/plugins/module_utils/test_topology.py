@@ -23,7 +23,7 @@ MACHINE_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(MACHINE
 FACT_KEYS = {"schema_version", "hostname", "sources", "sockets", "numa_nodes", "smt_siblings",
              "gpus", "nics", "links", "warnings"}
 GPU_KEYS = {"id", "index", "pci_bus_id", "uuid", "name", "vendor", "numa_node", "local_cpus",
-            "memory_mb", "mig_mode", "pcie", "memory_numa_node"}
+            "memory_mb", "mig_mode", "pcie", "memory_numa_node", "pci_class"}
 NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket", "kind", "usable_cpus"}
 NVIDIA = "0x10de"
 
