@@ -220,9 +220,15 @@ def _nic_device(nic, position, host):
         _fail(host, "nics[%d].pci_class" % position, "must be known for a NIC with a bus id", None)
     pci = ET.Element("pci", _pci_attrs(nic["pci_bus_id"], nic["pci_class"], nic.get("pcie")))
     card = ET.SubElement(pci, "nic")
-    for name in sorted(nic.get("rdma_devices") or []):
+    for name in _net_names(nic):
         ET.SubElement(card, "net", {"name": str(name)})
     return pci
+
+
+def _net_names(nic):
+    """NCCL's <net> names: the RDMA devices (its IB transport); a NIC with
+    none is named by its interfaces (the socket transport, as RCCL dumps eth0)."""
+    return sorted(nic.get("rdma_devices") or nic.get("net_interfaces") or [])
 
 
 def _devices(facts, host, warnings):
@@ -236,11 +242,11 @@ def _devices(facts, host, warnings):
                   gpu.get("numa_node"))
         out.append((gpu["numa_node"], gpu.get("pci_bus_id"), _gpu_device(gpu, position, facts, host, warnings)))
     for position, nic in enumerate(facts.get("nics") or []):
-        if not isinstance(nic, dict) or not nic.get("rdma_devices"):
-            continue  # NCCL's <net> are RDMA devices; plain Ethernet is its socket transport
+        if not isinstance(nic, dict) or not _net_names(nic):
+            continue
         if not nic.get("pci_bus_id") or not isinstance(nic.get("numa_node"), int):
             warnings.append("%s: NIC %s (%s) is left out: its %s is unknown" % (
-                host, nic.get("id"), ",".join(nic["rdma_devices"]),
+                host, nic.get("id"), ",".join(_net_names(nic)),
                 "bus id" if not nic.get("pci_bus_id") else "NUMA node"))
             continue
         out.append((nic["numa_node"], nic["pci_bus_id"], _nic_device(nic, position, host)))
