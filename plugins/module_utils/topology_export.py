@@ -44,7 +44,8 @@ AMD_RENDER_MINOR_BASE = 128
 
 
 def _fail(host, field, rule, value):
-    raise ValueError("%s: numa_topology.%s: %s (got %s)" % (host, field, rule, show(value)))
+    where = "numa_topology." + field if field else "numa_topology"
+    raise ValueError("%s: %s: %s (got %s)" % (host, where, rule, show(value)))
 
 
 def _checked(facts, host):
