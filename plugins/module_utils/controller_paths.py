@@ -40,6 +40,10 @@ def controller_path(name, value):
     if not os.path.isabs(value):
         fail(name, "must be an absolute path on the controller (a relative one would be read beside the playbook "
                    "and written beside the current directory)", value)
+    if "{{" in value or "{%" in value:
+        # ansible-core 2.17/2.18 hand on a value of hostvars['localhost'] whose
+        # template fails (inventory_dir, say) as the template's own text.
+        fail(name, "must not hold an unrendered template (set it for the controller without inventory_dir)", value)
     if value.endswith("/"):
         fail(name, "must name a file, not a directory", value)
     return os.path.normpath(value)

@@ -98,7 +98,10 @@ def keep_defined(result, module, fields, facts, controller_facts=None):
         if unknown:
             warnings.append(_dropped_message(module, "ansible_facts", unknown))
     if "warnings" in kept:
-        kept["warnings"] = [text for text in kept["warnings"] if isinstance(text, str)]
+        # Text, or what ansible-core 2.19's decoder made of the module's
+        # warnings (its own summary objects); no other JSON value.
+        kept["warnings"] = [warning for warning in kept["warnings"] if isinstance(warning, str)
+                            or not isinstance(warning, (dict, list, int, float, type(None)))]
     if problems:
         kept.update(failed=True, msg="%s: the host's result is not what the module returns: %s"
                     % (module, "; ".join(problems[:SHOW_KEYS])))

@@ -60,7 +60,8 @@ def test_controller_path_refuses_a_relative_path_naming_the_variable(value):
 
 
 @pytest.mark.parametrize("value, message", [("/srv/plans/", "must name a file"), ("/srv/\nplan", "control"),
-                                            (7, "must be a string"), ("", "must not be empty")])
+                                            (7, "must be a string"), ("", "must not be empty"),
+                                            ("/srv/{{ inventory_dir }}/plan.json", "unrendered template")])
 def test_controller_path_refuses_odd_values(value, message):
     with pytest.raises(ValueError, match=message):
         controller_paths.controller_path("gpufleet_plan_file", value)
