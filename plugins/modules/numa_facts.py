@@ -124,6 +124,10 @@ notes:
     C(/proc/self/status).
   - Every entry of C(numa_topology.warnings) is also shown as an Ansible warning.
   - Facts gathering never reports C(changed).
+  - What a host returns is data - of the module's result the action plugin keeps only the fields
+    documented under RETURN (C(ansible_facts.numa_topology), which must be a mapping, C(summary), C(capture))
+    and Ansible's own (C(changed), C(failed), C(msg), C(warnings), ...). Any other key or fact is dropped
+    with a warning naming it, so a host cannot set a variable of its own (docs/deploy.md, Controller-side paths).
 seealso:
   - name: Topology facts schema
     description: docs/facts.md in the collection.
