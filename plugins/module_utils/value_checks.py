@@ -232,8 +232,8 @@ API_KEY_MAXIMUM = 512
 # Visible ASCII; single spaces inside only (HAProxy's log-format, which
 # places a key in a header, merges a run of spaces into one).
 _API_KEY = re.compile(r"[!-~]+(?: [!-~]+)*")
-API_KEY_RULE = ("must be %d-%d printable ASCII characters, with no space at either end and no two spaces in a "
-                "row (value hidden)" % (API_KEY_MINIMUM, API_KEY_MAXIMUM))
+API_KEY_RULE = ("must be %d-%d printable ASCII characters, not starting or ending with a space, with no two "
+                "spaces in a row (value hidden)" % (API_KEY_MINIMUM, API_KEY_MAXIMUM))
 
 
 def api_key(name, value):
