@@ -49,9 +49,9 @@ BACKENDS = [
 # Secrets: none may appear in ansible-playbook's output; the gateway key
 # not even in the configuration (only its digest).
 GATEWAY_KEY = "gw-k3y#$HOME-0123456789"
-BACKEND_KEY = 'sk-qwen "k3y" $HOME \\ #x \'q\''
-# BACKEND_KEY as one double-quoted HAProxy word.
-BACKEND_KEY_WORD = '"Bearer sk-qwen \\"k3y\\" \\$HOME \\\\ #x \'q\'"'
+BACKEND_KEY = 'sk-qwen "k3y" $HOME \\ #x \'q\' %Qw7L%[env(HOME)]'
+# BACKEND_KEY as one double-quoted HAProxy word ('%' doubled: log-format).
+BACKEND_KEY_WORD = '"Bearer sk-qwen \\"k3y\\" \\$HOME \\\\ #x \'q\' %%Qw7L%%[env(HOME)]"'
 
 # What an unprivileged run into a staging directory needs.
 STAGING = {
@@ -308,6 +308,9 @@ def examples(tmp_path_factory):
         return str(configs[name])
 
     certificate = tmp_path / "gateway.pem"
+    echoing = tmp_path / "echoing-haproxy"
+    echoing.write_text('#!/bin/sh\necho "[ALERT] config: parsing error"; cat "$3" >&2; exit 1\n')
+    echoing.chmod(0o755)
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
                     "-keyout", str(certificate), "-out", str(certificate)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
@@ -339,6 +342,11 @@ def examples(tmp_path_factory):
         # message comes back, and the previous file stays.
         "haproxy_rejects": dict(STAGING, gateway_config_path=config("haproxy_rejects"), gateway_backends=BACKENDS,
                                 gateway_user="nosuchuser"),
+        # A validator that echoes the configuration (with the keys) and fails.
+        "validator_echoes": dict(STAGING, gateway_config_path=config("validator_echoes"), gateway_backends=BACKENDS,
+                                 gateway_backend_api_keys={QWEN: BACKEND_KEY}, gateway_haproxy=str(echoing)),
+        "backups_with_keys": dict(STAGING, gateway_config_path=config("backups_with_keys"), gateway_backends=BACKENDS,
+                                  gateway_backend_api_keys={QWEN: BACKEND_KEY}),
         "missing_binary": dict(STAGING, gateway_config_path=config("missing_binary"), gateway_backends=BACKENDS,
                                gateway_haproxy=str(tmp_path / "no-haproxy")),
     }
@@ -351,6 +359,9 @@ def examples(tmp_path_factory):
                                     **variables)}
     configs["foreign_config"].parent.mkdir(parents=True)
     configs["foreign_config"].write_text("# hand-written by an operator\nglobal\n    maxconn 10\n")
+    configs["backups_with_keys"].parent.mkdir(parents=True)
+    configs["backups_with_keys"].write_text("# previous, with an old key\n")
+    (configs["backups_with_keys"].parent / "haproxy.cfg.1.2020-01-01@00:00:00~").write_text("# old key\n")
     configs["haproxy_rejects"].parent.mkdir(parents=True)
     configs["haproxy_rejects"].write_text("# previous\n")
     outcomes, output = run_cases(tmp_path, cases)
@@ -816,3 +827,25 @@ def test_gateway_role_generated_values_render_exactly_or_fail(tmp_path):
             summary["accepted"] += 1
     # Both kinds were generated, so both halves of the property ran.
     assert summary["accepted"] >= 5 and summary["rejected"] >= 5, summary
+
+
+def test_gateway_role_failed_check_never_echoes_a_key(examples):
+    """The validator's whole answer quotes the configuration, keys and all:
+    the role reports it with every line that holds a fragment of a key
+    withheld, and the failed task's own result is not shown."""
+    outcome = examples["outcomes"]["validator_echoes"]
+    assert_rejected(outcome, "haproxy.cfg was not written", "[ALERT] config: parsing error",
+                    "(a line that mentions an API key, withheld)")
+    assert "    balance leastconn" in outcome["msg"]  # lines without a key stay
+    for fragment in {BACKEND_KEY[i:i + 4] for i in range(len(BACKEND_KEY) - 3)}:
+        assert fragment not in outcome["msg"], fragment
+    assert "Qw7L" not in examples["output"] and "sk-qwen" not in examples["output"]
+    assert not examples["configs"]["validator_echoes"].exists()
+
+
+def test_gateway_role_keeps_no_backup_of_a_config_with_keys(examples):
+    assert_accepted(examples["outcomes"]["backups_with_keys"])
+    config = examples["configs"]["backups_with_keys"]
+    assert sorted(p.name for p in config.parent.iterdir()) == ["gpufleet-request-model.lua", "haproxy.cfg"]
+    assert examples["outcomes"]["backups_with_keys"]["backup_file"] is None
+    assert "no backup is kept (this file holds API keys)" in config.read_text()
