@@ -8,7 +8,9 @@
 -- the gateway could send a request (with one model's instance key) to a
 -- backend that vLLM then reads as another model. This reader parses the
 -- whole buffered body strictly and decodes only what routing needs: the
--- top-level keys and the "model" value.
+-- top-level keys and the "model" value. It refuses a second top-level
+-- "model", a "model" key written with escapes, a model that is no string
+-- or holds a control character, and anything Python's json would refuse.
 --
 -- Action gpufleet_request_model sets, in the transaction:
 --   txn.body_model       the top-level "model" string, decoded
