@@ -234,9 +234,11 @@ def _add(a, b):
 # a second of CPU. Only hosts with many GPUs on one socket, no two alike,
 # get near it.
 STATE_BUDGET = 9000000
-# What trying a candidate group that fits costs against one that does not
-# (a lookup, a sum and a comparison against one AND).
+# What a candidate group that fits (a lookup, a sum, a comparison) and a
+# search state (a frame on the stack, a memo entry) cost against a
+# candidate that does not fit (one AND).
 FIT_WEIGHT = 8
+STATE_WEIGHT = 40
 
 _MISSING = object()
 
@@ -250,6 +252,8 @@ def _domain_table(domain, threshold, tp_size, max_groups, budget):
     with an explicit stack: its depth grows with the GPUs of the domain.
     Results are linked (vector, rest) pairs until the end.
     """
+    if len(domain.counts) == 1:
+        return _one_class_table(domain, threshold, max_groups, budget)
     by_first = {}
     exact = {}
     for first, vec, worst, value, enc in domain.vectors:
@@ -279,7 +283,7 @@ def _domain_table(domain, threshold, tp_size, max_groups, budget):
         candidates = by_first.get(first, ())
         # a group that takes more GPUs of some class than are left borrows a guard bit
         fitting = [c for c in candidates if (state - c[0]) & guards == guards]
-        budget[0] -= len(candidates) + 1 + FIT_WEIGHT * len(fitting)
+        budget[0] -= len(candidates) + STATE_WEIGHT + FIT_WEIGHT * len(fitting)
         if budget[0] < 0:
             raise SearchTooLarge()
         drop = state - (1 << offsets[first]) if total - 1 >= r * tp_size else None
@@ -350,6 +354,21 @@ def _domain_table(domain, threshold, tp_size, max_groups, budget):
                 link = link[1]
             found = (found[0], tuple(vectors))
         table.append(found)
+    return table
+
+
+def _one_class_table(domain, threshold, max_groups, budget):
+    """_domain_table of a domain whose GPUs are all alike: r times its one group, no search.
+
+    (A thousand GPUs behind one switch would otherwise be a thousand states per group count.)
+    """
+    budget[0] -= max_groups + 1
+    if budget[0] < 0:
+        raise SearchTooLarge()
+    _first, vec, worst, value, _enc = domain.vectors[0]
+    table = [(_ZERO, ())]
+    for r in range(1, max_groups + 1):
+        table.append(None if worst < threshold else (tuple(r * x for x in value), (vec,) * r))
     return table
 
 
