@@ -112,7 +112,16 @@ def plan_host_view(view, opts, fleet_slots=None):
     key = plan_key(view, opts)
     template = _TEMPLATES.get(key)
     if template is None:
-        template = build_template(key, view.host, [g.id for g in view.gpus])
+        try:
+            template = build_template(key, view.host, [g.id for g in view.gpus])
+        except PlacementError as exc:
+            exc.host = view.host
+            raise
+        except RecursionError:
+            # never expected (the search runs on explicit stacks); a host is named, never a traceback
+            exc = PlacementError("host %s: the plan is too deep to compute" % view.host)
+            exc.host = view.host
+            raise exc from None
         if len(_TEMPLATES) >= _CACHE_LIMIT:
             _TEMPLATES.clear()
         _TEMPLATES[key] = template
@@ -207,8 +216,9 @@ def build_template(key, host, gpu_ids):
     notes = []
     if not result.get("exhaustive", True):
         notes.append(
-            "too many distinct GPUs on one socket for the exact search; groups were formed "
-            "node by node in PCI order and their links are not optimised"
+            "too many distinct GPUs on one socket for the exact search (its work budget ran out); groups "
+            "were formed node by node in PCI order, each inside its socket (or the host, when groups span), "
+            "and their links are not optimised: the plan may not be optimal"
         )
     if not groups:
         raise PlacementError(
