@@ -20,7 +20,8 @@ Objective, compared lexicographically (bigger is better):
 
 where instances = min(groups // pp_size, max_instances) and exactly
 instances * pp_size groups are chosen. Ties go to the lowest GPUs in PCI
-order.
+order (docs/placement.md, "Ties", says exactly how; the reference test
+checks it).
 
 Method (no enumeration of partitions):
 - candidate groups never leave a "domain": a socket, or the whole host when
@@ -38,8 +39,11 @@ Method (no enumeration of partitions):
   the terms before it can only fall as the threshold rises, so a binary
   search finds the highest threshold that keeps them, where the DP's answer
   is optimal for the whole objective;
-- past a fixed amount of work (STATE_BUDGET, VECTOR_BUDGET) the search gives
-  up and groups GPUs node by node in PCI order ("exhaustive": False).
+- the search runs on explicit stacks: no recursion grows with the GPUs;
+- past a fixed amount of work per host (STATE_BUDGET, a weighted count of
+  what the search does, not a clock; VECTOR_BUDGET per domain) the search
+  gives up and groups GPUs node by node in PCI order, inside each domain
+  ("exhaustive": False; the caller warns).
 """
 
 from __future__ import annotations
