@@ -9,6 +9,9 @@
   here from the module's topology and processes (or the replay), so the
   plan never travels to the target.
 - fail_on_severity is applied here, after the plan's findings are in.
+- What the module returns is the host's data: its shape is checked here
+  (module_utils/audit_shape.py) and only the fields the audit defines are
+  kept; a crafted result fails this host alone, naming the field.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather, audit_shape
+from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import show
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 
@@ -44,6 +48,19 @@ def load_plan(path):
     if not isinstance(data, dict):
         raise ValueError("plan %s must hold a mapping (the fleet_plan output), got %s" % (path, type(data).__name__))
     return data
+
+
+def module_failure(module, host):
+    """The message of a failed module run, as text: nothing else of the
+    host's answer (facts, unknown keys) travels on, and a module that
+    crashed shows the end of its standard error."""
+    msg = module.get("msg") if isinstance(module, dict) else None
+    if not isinstance(msg, str) or len(msg) > 4096:
+        return "numa_audit %s: the module failed without a message (got %s)" % (host, show(msg))
+    stderr = module.get("module_stderr")
+    if isinstance(stderr, str) and stderr.strip():
+        msg += " (module stderr: %s)" % show(stderr.strip()[-1000:], limit=1100)
+    return msg
 
 
 class ActionModule(ActionBase):
@@ -106,13 +123,13 @@ class ActionModule(ActionBase):
         else:
             args["fail_on_severity"] = "none"
             module = self._execute_module(module_args=args, task_vars=task_vars)
-            if module.get("failed"):
-                result.update(module)
-                return result
-            facts = module["topology"]
-            processes = {"source": module.get("process_source"), "processes": module.get("processes") or [],
-                         "warnings": module.get("warnings") or []}
-            extra = dict((k, module[k]) for k in ("capture",) if k in module)
+            if not isinstance(module, dict) or module.get("failed"):
+                return dict(result, failed=True, msg=module_failure(module, host))
+            try:
+                facts, processes, capture = audit_shape.module_result(module, host)
+            except ValueError as exc:
+                return dict(result, failed=True, msg=to_text(exc))
+            extra = {} if capture is None else {"capture": capture}
         try:
             result.update(audit_gather.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold))
         except ValueError as exc:

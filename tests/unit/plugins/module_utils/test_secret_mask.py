@@ -30,8 +30,10 @@ SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 
 
 def secret(number, letter="S"):
-    """A distinct secret per form, no 6 characters of it shared with another."""
-    return "%s%s" % (letter, hashlib.sha256(("%s%d" % (letter, number)).encode()).hexdigest()[:14])
+    """A distinct secret per form, no 6 characters of it shared with another,
+    of letters rare enough that no temporary name or hash in an output holds 6 of them."""
+    digest = hashlib.sha256(("%s%d" % (letter, number)).encode()).digest()
+    return letter + "".join("JQXZjqxzVKWvkw"[byte % 14] for byte in digest[:14])
 
 
 # (id, argv words, or one string for a setproctitle title with no NULs); {S} and {T} are secrets.
