@@ -86,13 +86,13 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname")
         severity = args.pop("fail_on_severity", None) or "none"
         if severity != "none" and severity not in audit.SEVERITIES:
-            return dict(result, failed=True, msg="fail_on_severity must be one of none, %s, got %r"
-                        % (", ".join(audit.SEVERITIES), severity))
+            return dict(result, failed=True, msg="fail_on_severity: must be one of none, %s (got %s)"
+                        % (", ".join(audit.SEVERITIES), show(severity)))
         threshold = args.get("memory_threshold", audit.DEFAULT_MEMORY_THRESHOLD)
         try:
             threshold = int(threshold)
         except (TypeError, ValueError):
-            return dict(result, failed=True, msg="memory_threshold must be an integer percentage, got %r" % (threshold,))
+            return dict(result, failed=True, msg="memory_threshold: must be an integer percentage (got %s)" % show(threshold))
         deployed = None
         plan = args.pop("plan", None)
         if plan:

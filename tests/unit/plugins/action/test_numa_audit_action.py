@@ -181,3 +181,11 @@ def test_module_live_masks_every_secret_form_of_real_processes(tmp_path):
     assert_hidden({"output": out, "capture": yaml.safe_dump(live["capture"]),
                    "table": "\n".join(audit_report.text_table([live])), "html": audit_report.html_report([live])},
                   secrets)
+
+
+def test_audit_playbook_bad_audit_fail_on_is_named_before_any_host_is_read(tmp_path):
+    inventory, dummy_plan, dummy_capture = trap_files(tmp_path)
+    rc, out = playbook(inventory, "-e", "audit_fail_on=fatal")
+    assert rc != 0
+    assert "audit_fail_on: must be one of none, info, warning, error, critical (got 'fatal')" in out, out
+    assert "Audit the host" not in out and "Traceback" not in out
