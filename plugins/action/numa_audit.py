@@ -9,6 +9,9 @@
   here from the module's topology and processes (or the replay), so the
   plan never travels to the target.
 - fail_on_severity is applied here, after the plan's findings are in.
+- What the module returns is the host's data: its shape is checked here
+  (module_utils/audit_shape.py) and only the fields the audit defines are
+  kept; a crafted result fails this host alone, naming the field.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather, host_results
+from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather, audit_shape
+from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import show
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 
@@ -46,6 +50,19 @@ def load_plan(path):
     return data
 
 
+def module_failure(module, host):
+    """The message of a failed module run, as text: nothing else of the
+    host's answer (facts, unknown keys) travels on, and a module that
+    crashed shows the end of its standard error."""
+    msg = module.get("msg") if isinstance(module, dict) else None
+    if not isinstance(msg, str) or len(msg) > 4096:
+        return "numa_audit %s: the module failed without a message (got %s)" % (host, show(msg))
+    stderr = module.get("module_stderr")
+    if isinstance(stderr, str) and stderr.strip():
+        msg += " (module stderr: %s)" % show(stderr.strip()[-1000:], limit=1100)
+    return msg
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("root", "record", "capture", "plan", "nvml", "nvidia_smi", "memory_threshold",
@@ -69,13 +86,13 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname")
         severity = args.pop("fail_on_severity", None) or "none"
         if severity != "none" and severity not in audit.SEVERITIES:
-            return dict(result, failed=True, msg="fail_on_severity must be one of none, %s, got %r"
-                        % (", ".join(audit.SEVERITIES), severity))
+            return dict(result, failed=True, msg="fail_on_severity: must be one of none, %s (got %s)"
+                        % (", ".join(audit.SEVERITIES), show(severity)))
         threshold = args.get("memory_threshold", audit.DEFAULT_MEMORY_THRESHOLD)
         try:
             threshold = int(threshold)
         except (TypeError, ValueError):
-            return dict(result, failed=True, msg="memory_threshold must be an integer percentage, got %r" % (threshold,))
+            return dict(result, failed=True, msg="memory_threshold: must be an integer percentage (got %s)" % show(threshold))
         deployed = None
         plan = args.pop("plan", None)
         if plan:
@@ -107,17 +124,12 @@ class ActionModule(ActionBase):
             args["fail_on_severity"] = "none"
             module = self._execute_module(module_args=args, task_vars=task_vars)
             if not isinstance(module, dict) or module.get("failed"):
-                # What a host returns is data: of a failure, only the error
-                # fields, never facts or other keys that could become variables.
-                kept, warnings = host_results.keep_defined(module, "numa_audit", host_results.GENERIC_FIELDS, {})
-                result.update(kept, failed=True)
-                if warnings:
-                    result["warnings"] = list(result.get("warnings") or []) + warnings
-                return result
-            facts = module["topology"]
-            processes = {"source": module.get("process_source"), "processes": module.get("processes") or [],
-                         "warnings": module.get("warnings") or []}
-            extra = dict((k, module[k]) for k in ("capture",) if isinstance(module.get(k), dict))
+                return dict(result, failed=True, msg=module_failure(module, host))
+            try:
+                facts, processes, capture = audit_shape.module_result(module, host)
+            except ValueError as exc:
+                return dict(result, failed=True, msg=to_text(exc))
+            extra = {} if capture is None else {"capture": capture}
         try:
             result.update(audit_gather.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold))
         except ValueError as exc:

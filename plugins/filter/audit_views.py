@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_report
+from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_report, value_checks
 
 
 def audit_table(results):
@@ -25,8 +25,13 @@ def audit_html(results, title="GPU / NUMA topology audit", generated=None):
         raise AnsibleFilterError("gpufleet.numa.audit_html: %s" % exc)
 
 
-def audit_findings(results, severity="info"):
+def audit_findings(results, severity="info", variable="severity"):
+    """variable: the name the caller's severity has, for the error
+    (audit_topology.yml passes audit_fail_on); "none" keeps nothing."""
+    if severity == "none":
+        return []
     try:
+        value_checks.choice(str(variable), severity, ("none",) + audit.SEVERITIES)
         return audit.at_or_above(audit_report.all_findings(list(results or [])), severity)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.audit_findings: %s" % exc)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.numa.plugins.module_utils import placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.gpu_processes import policy_nodes
+from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import show
 
 SEVERITIES = ("info", "warning", "error", "critical")
 PLAN_OPTION_KEYS = ("tp_size", "pp_size", "allow_span", "reserved_cpus_per_socket", "exclude_gpus",
@@ -28,17 +29,18 @@ PLAN_OPTION_KEYS = ("tp_size", "pp_size", "allow_span", "reserved_cpus_per_socke
 DEFAULT_MEMORY_THRESHOLD = 20  # percent of a process's memory on other nodes before it is a finding
 
 
-def severity_rank(severity):
-    """Position of a severity in SEVERITIES; ValueError names the choices."""
-    try:
+def severity_rank(severity, variable="severity"):
+    """Position of a severity in SEVERITIES; ValueError names the variable
+    and the choices: "VARIABLE: must be one of ... (got VALUE)"."""
+    if isinstance(severity, str) and severity in SEVERITIES:
         return SEVERITIES.index(severity)
-    except ValueError:
-        raise ValueError("severity must be one of %s, got %r" % (", ".join(SEVERITIES), severity))
+    raise ValueError("%s: must be one of %s (got %s)" % (variable, ", ".join(SEVERITIES), show(severity)))
 
 
-def at_or_above(findings, severity):
-    """The findings whose severity is at or above `severity`."""
-    rank = severity_rank(severity)
+def at_or_above(findings, severity, variable="severity"):
+    """The findings whose severity is at or above `severity` (named
+    `variable` in the error when it is none of SEVERITIES)."""
+    rank = severity_rank(severity, variable)
     return [f for f in findings if severity_rank(f["severity"]) >= rank]
 
 
@@ -600,7 +602,7 @@ def audit_host(facts, processes, host=None, deployed=None, memory_threshold=DEFA
     """Audit one host; see the module docstring. ValueError on bad input."""
     host = host or facts.get("hostname") or "host"
     if not isinstance(memory_threshold, int) or isinstance(memory_threshold, bool) or not 0 <= memory_threshold <= 100:
-        raise ValueError("memory_threshold must be a percentage 0-100, got %r" % (memory_threshold,))
+        raise ValueError("memory_threshold: must be a percentage 0-100 (got %s)" % show(memory_threshold))
     view = HostView(facts, host)
     processes = processes or {"source": None, "processes": [], "warnings": []}
     procs = processes.get("processes") or []

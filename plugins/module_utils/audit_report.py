@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import audit_shape
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import SEVERITIES, severity_rank
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7",
@@ -44,13 +45,33 @@ def _e(value):
     return html.escape("" if value is None else str(value), quote=True)
 
 
+def invalid_result(result, index, problem):
+    """A host result that cannot be read, as a result that says so: one
+    error finding (code result_invalid) and nothing else of it."""
+    name = result.get("host") if isinstance(result, dict) else None
+    host = name if isinstance(name, str) and name and len(name) <= 255 else "results[%d]" % index
+    finding = {"host": host, "severity": "error", "code": "result_invalid", "subject": host,
+               "message": "the audit result of %s is not a numa_audit host result: %s" % (host, problem),
+               "fix": "rerun the audit on this host; a result of this shape did not come from gpufleet.numa.numa_audit",
+               "pids": [], "gpus": [], "instance": None}
+    counts = dict((s, 0) for s in SEVERITIES)
+    counts["error"] = 1
+    return {"host": host, "invalid": problem, "findings": [finding], "counts": counts, "worst": "error",
+            "groups": [], "instances": [], "topology": {}, "warnings": [], "process_source": None}
+
+
 def _check_results(results):
+    """Each host result checked (audit_shape.host_result); one that fails
+    becomes invalid_result(), so the other hosts still render."""
     if not isinstance(results, list):
         raise ValueError("audit results must be a list of host results, got %s" % type(results).__name__)
+    checked = []
     for i, result in enumerate(results):
-        if not isinstance(result, dict) or not result.get("host") or not isinstance(result.get("findings"), list):
-            raise ValueError("audit results[%d] is not a numa_audit host result (needs host and findings)" % i)
-    return results
+        try:
+            checked.append(audit_shape.host_result(result, i))
+        except ValueError as exc:
+            checked.append(invalid_result(result, i, str(exc)))
+    return checked
 
 
 def all_findings(results):
@@ -454,6 +475,9 @@ def html_report(results, title="GPU / NUMA topology audit", generated=None):
                len(results), " \u00b7 generated %s" % _e(generated) if generated else "", _badges(totals))]
     for r in sorted(results, key=lambda r: (-severity_rank(r["worst"]) if r.get("worst") else 1, r["host"])):
         out.append('<section class="host" id="host-%s"><h2>%s %s</h2>' % (_e(r["host"]), _e(r["host"]), _badges(r.get("counts") or {})))
+        if r.get("invalid"):
+            out.append('<p class="invalid">Result invalid: %s</p>%s</section>' % (_e(r["invalid"]), _findings_table(r["findings"])))
+            continue
         topo = r.get("topology") or {}
         out.append('<div class="meta">%d NUMA node(s), %d socket(s), %d GPU(s), %d NIC(s); topology from %s; processes from %s</div>' % (
             len(topo.get("numa_nodes") or []), len(topo.get("sockets") or []), len(topo.get("gpus") or []),

@@ -19,7 +19,10 @@ Per process, from /proc/PID/:
   and the memory policy of each mapping (default, bind:1, interleave:0-1);
 - environ: CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and the other device
   selection variables (nothing else is kept: see ProcFilter);
-- cmdline: for a readable name, with secret-looking option values masked.
+- cmdline: for a readable name, with whatever looks like a secret masked
+  (secret_mask: option values, NAME=VALUE pairs, URL userinfo, header
+  values, setproctitle titles); the Name of status and the command name
+  of stat go through the same masking.
 
 Parsers are pure functions of text; read_processes() never raises.
 Standard library only (runs on targets).
@@ -31,6 +34,7 @@ import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.pci import normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.secret_mask import mask_argv, mask_text
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import Reader
 
 COMPUTE_APPS_COMMAND = "nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader"
@@ -44,11 +48,8 @@ ENVIRONMENT_KEYS = (
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
 )
-_SECRET_OPTION = re.compile(r"^--?[A-Za-z0-9_-]*(key|token|secret|password|passwd)[A-Za-z0-9_-]*$", re.I)
-_SECRET_INLINE = re.compile(r"^(--?[A-Za-z0-9_-]*(?:key|token|secret|password|passwd)[A-Za-z0-9_-]*=).*$", re.I)
-_PROC_FILE = re.compile(r"^/proc/(\d+)/(environ|cmdline)$")
+_PROC_FILE = re.compile(r"^/proc/(\d+)/(environ|cmdline|status|stat)$")
 _NODE_PAGES = re.compile(r"^N(\d+)=(\d+)$")
-MASK = "***"
 
 
 # ------------------------------------------------------------ the filter
@@ -65,30 +66,39 @@ def filter_environ(text):
 
 
 def redact_cmdline(text):
-    """cmdline text (NUL-separated argv) with values of --api-key-like options masked."""
+    """cmdline text (NUL-separated argv, or one setproctitle title) with
+    secrets masked (secret_mask.mask_argv)."""
     words = (text or "").split("\0")
-    trailing = bool(words) and words[-1] == ""
-    if trailing:
-        words = words[:-1]
-    out = []
-    mask_next = False
-    for word in words:
-        if mask_next:
-            out.append(MASK)
-            mask_next = False
-            continue
-        inline = _SECRET_INLINE.match(word)
-        if inline:
-            out.append(inline.group(1) + MASK)
-        else:
-            out.append(word)
-            mask_next = bool(_SECRET_OPTION.match(word))
-    return "\0".join(out) + ("\0" if trailing else "")
+    return "\0".join(mask_argv(words))
+
+
+def redact_status(text):
+    """/proc/PID/status with its Name masked (setproctitle also sets the name)."""
+    lines = (text or "").splitlines(True)
+    for number, line in enumerate(lines):
+        if line.startswith("Name:"):
+            body = line[len("Name:"):]
+            value = body.strip()
+            lines[number] = "Name:" + body.replace(value, mask_text(value), 1) if value else line
+    return "".join(lines)
+
+
+def redact_stat(text):
+    """/proc/PID/stat with the command name between its parentheses masked."""
+    head, sep, rest = (text or "").partition("(")
+    name, sep2, tail = rest.rpartition(")")
+    if not (sep and sep2):
+        return text
+    return head + "(" + mask_text(name) + ")" + tail
+
+
+_REDACTIONS = {"environ": filter_environ, "cmdline": redact_cmdline, "status": redact_status, "stat": redact_stat}
 
 
 class ProcFilter(Reader):
     """Wraps a reader; /proc/PID/environ comes back with only the device
-    selection variables and /proc/PID/cmdline with secrets masked. Put it
+    selection variables, /proc/PID/cmdline, the Name of status and the
+    command name of stat with secrets masked. Put it
     between the live reader and a RecordingReader so that captures, module
     results and reports never hold a process's secrets."""
 
@@ -101,7 +111,7 @@ class ProcFilter(Reader):
         match = _PROC_FILE.match(path or "")
         if value is None or not match:
             return value
-        return filter_environ(value) if match.group(2) == "environ" else redact_cmdline(value)
+        return _REDACTIONS[match.group(2)](value)
 
     def listdir(self, path):
         return self.inner.listdir(path)
@@ -167,8 +177,9 @@ def parse_status(text):
         key, sep, value = line.partition(":")
         if sep:
             fields[key.strip()] = value.strip()
+    name = fields.get("Name")
     return {
-        "name": fields.get("Name"),
+        "name": mask_text(name) if name else name,
         "cpus_allowed": fields.get("Cpus_allowed_list"),
         "mems_allowed": fields.get("Mems_allowed_list"),
     }

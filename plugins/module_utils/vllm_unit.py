@@ -757,7 +757,10 @@ def download_plan(v, existing, install, host):
     plan = {"needed": False, "model": model, "hf_home": v["vllm_hf_home"], "folder": folder,
             "snapshots": folder + "/snapshots" if folder else "", "python": v["vllm_download_python"],
             "timeout": v["vllm_download_timeout"], "poll": v["vllm_download_poll"],
-            "ignore_patterns": v["vllm_download_ignore_patterns"], "reason": ""}
+            "ignore_patterns": v["vllm_download_ignore_patterns"], "reason": "",
+            # the downloader reads HF_TOKEN from here (0600, the service account's): never from argv,
+            # stdin or the environment of the task, which async records in a 0644 job file
+            "secrets_file": v["vllm_config_dir"] + "/secrets.env"}
     if not v["vllm_download_weights"]:
         plan["reason"] = "vllm_download_weights is false"
         return plan

@@ -28,8 +28,9 @@ description:
     controller through the same code. With O(record=true) the result also holds C(capture).
   - Only the device selection variables of a process's environment are read (C(CUDA_VISIBLE_DEVICES),
     C(CUDA_DEVICE_ORDER), C(NVIDIA_VISIBLE_DEVICES), C(HIP_VISIBLE_DEVICES), C(ROCR_VISIBLE_DEVICES));
-    values of command-line options named like key, token, secret or password are masked. Neither the result
-    nor a recorded capture holds anything else of them.
+    whatever looks like a secret in its command line and process name is masked (option values named like key,
+    token, secret, password or auth, C(NAME=VALUE) pairs, header values, URL userinfo, setproctitle titles;
+    see C(docs/audit.md)). Neither the result nor a recorded capture holds anything else of them.
 author:
   - gpufleet.numa contributors (@gpufleet)
 options:

@@ -30,6 +30,7 @@ import re
 import shutil
 import stat
 import subprocess
+import threading
 
 import pytest
 import yaml
@@ -152,7 +153,9 @@ def run_hosts(tmp_path, hosts, check=False, diff=False, playbook=PLAYBOOK, verbo
         command.append("-" + "v" * verbose)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_RETRY_FILES_ENABLED="0",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible-tmp"))
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible-tmp"),
+               # async job files of this run only, where the test can read them
+               ANSIBLE_ASYNC_DIR=str(tmp_path / ".ansible-async"))
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=900)
     output = result.stdout + result.stderr
     recap = {}
@@ -564,6 +567,34 @@ def snapshots(root, model):
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
+class JobFileWatcher(threading.Thread):
+    """Reads every async job file while the playbook runs (each lives only
+    until the next poll); seen: the distinct contents."""
+
+    def __init__(self, folder):
+        super().__init__(daemon=True)
+        self.folder = folder
+        self.stop = threading.Event()
+        self.seen = set()
+
+    def run(self):
+        while not self.stop.wait(0.02):
+            for path in (self.folder.iterdir() if self.folder.is_dir() else []):
+                try:
+                    self.seen.add(path.read_text(errors="replace"))
+                except OSError:
+                    pass  # removed between the listing and the read
+
+
+def files_holding(folder, text):
+    """Files under folder (links not followed) whose bytes hold text."""
+    found = []
+    for path in sorted(pathlib.Path(folder).rglob("*")):
+        if path.is_file() and not path.is_symlink() and text.encode() in path.read_bytes():
+            found.append(path)
+    return found
+
+
 def test_vllm_downloads_weights_before_start(tmp_path):
     instances = plan_instances("h100_tp4")[:1]
     roots, hosts = {}, {}
@@ -588,7 +619,13 @@ def test_vllm_downloads_weights_before_start(tmp_path):
     seeded.mkdir(parents=True)
     # -vvv shows the command line that starts each module: a token in a
     # task's environment would show there.
-    rc, output, recap = run_hosts(tmp_path, hosts, playbook=PROBE_PLAYBOOK, verbose=3)
+    watcher = JobFileWatcher(tmp_path / ".ansible-async")
+    watcher.start()
+    try:
+        rc, output, recap = run_hosts(tmp_path, hosts, playbook=PROBE_PLAYBOOK, verbose=3)
+    finally:
+        watcher.stop.set()
+        watcher.join(5)
     assert "Traceback" not in output
     errors = {name: " ".join((root / "error").read_text().split()) for name, root in roots.items()
               if (root / "error").exists()}
@@ -607,6 +644,17 @@ def test_vllm_downloads_weights_before_start(tmp_path):
     assert call["environ"]["HF_TOKEN"] == DOWNLOAD_TOKEN
     assert "ANSIBLE_ASYNC_DIR" in call["environ"], "the download did not run under async"
     assert not any(DOWNLOAD_TOKEN in word for word in call["argv"])
+    # async keeps each job's result, module arguments included, in a 0644
+    # file until the next poll reads and removes it: the token must be in
+    # none of them (as the watcher saw them), nor in any file left but the
+    # 0600 secrets.env.
+    assert call["environ"]["ANSIBLE_ASYNC_DIR"] == str(tmp_path / ".ansible-async")
+    finished = [text for text in watcher.seen if '"finished": 1' in text or '"rc": 0' in text]
+    assert finished, "the watcher saw no finished async job file: %s" % watcher.seen
+    assert [text for text in watcher.seen if DOWNLOAD_TOKEN in text] == []
+    # (the test's own inventory and the stand-in hub's record of its environment aside)
+    holding = [p for p in files_holding(tmp_path, DOWNLOAD_TOKEN) if p.name not in ("inventory.json", "stub-downloads.jsonl")]
+    assert holding and [p for p in holding if p.name != "secrets.env" or stat.S_IMODE(p.stat().st_mode) != 0o600] == []
     assert DOWNLOAD_TOKEN not in output
     assert re.search(r"^ASYNC OK on dl:", output, re.M), output
     assert len(snapshots(roots["dl"], "org/tiny-model")) == 1

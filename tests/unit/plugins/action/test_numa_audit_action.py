@@ -127,3 +127,65 @@ def test_module_fail_on_severity_and_missing_plan(tmp_path):
     rc, result, out = ad_hoc("capture=%s plan=%s" % (capture, bad))
     assert rc != 0 and "deployed plan has no instances list" in result["msg"]
     assert "Traceback" not in out
+
+
+# A real process rewrites its title the way setproctitle does: over argv's
+# own memory, the title and then NULs (no separators left between words).
+SET_TITLE = (
+    "import sys, time\n"
+    "fields = open('/proc/self/stat').read().rsplit(')', 1)[1].split()\n"
+    "start, end = int(fields[45]), int(fields[46])\n"
+    "title = sys.argv[1].encode()[:end - start - 1]\n"
+    "with open('/proc/self/mem', 'r+b', buffering=0) as mem:\n"
+    "    mem.seek(start)\n"
+    "    mem.write(title + b'\\0' * (end - start - len(title)))\n"
+    "time.sleep(60)\n")
+
+
+def test_module_live_masks_every_secret_form_of_real_processes(tmp_path):
+    sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
+    from test_secret_mask import FORMS, assert_hidden, secrets_of  # noqa: E402
+    from ansible_collections.gpufleet.numa.plugins.module_utils import audit_report  # noqa: E402
+
+    argv, titles, secrets = [], [], []
+    for number, (dummy_id, words) in enumerate(FORMS):
+        values = secrets_of(number)
+        secrets.extend(v for k, v in values.items() if k in json.dumps(words))
+        filled = [words] if isinstance(words, str) else words
+        filled = [w.replace("{S}", values["{S}"]).replace("{T}", values["{T}"]) for w in filled]
+        (titles if isinstance(words, str) else argv).append(filled)
+    # One process per form, named as the form's program (sshpass -p S is a password, ssh -p 22 is not).
+    procs = [subprocess.Popen([words[0], "-c", "import time; time.sleep(60)"] + words[1:], executable=sys.executable)
+             for words in argv]
+    titled_procs = [subprocess.Popen([sys.executable, "-c", SET_TITLE, title[0], "x" * 200]) for title in titles]
+    procs += titled_procs
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and any(
+                "\0" in open("/proc/%d/cmdline" % p.pid).read().rstrip("\0") for p in titled_procs):
+            time.sleep(0.02)
+        smi = tmp_path / "nvidia-smi"
+        smi.write_text('#!/bin/sh\n[ "$1" = "--query-compute-apps=pid,gpu_bus_id" ] || exit 9\n'
+                       + "".join('echo "%d, 00000000:1A:00.0"\n' % p.pid for p in procs))
+        smi.chmod(0o755)
+        rc, live, out = ad_hoc("record=true nvidia_smi=%s" % smi)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert rc == 0, out
+    assert sorted(p["pid"] for p in live["processes"]) == sorted(p.pid for p in procs)
+    titled = [p for p in live["processes"] if p["pid"] in set(t.pid for t in titled_procs)]
+    assert len(titled) == len(titles)
+    assert all(len(p["argv"]) == 1 and " " in p["argv"][0] for p in titled), titled
+    assert_hidden({"output": out, "capture": yaml.safe_dump(live["capture"]),
+                   "table": "\n".join(audit_report.text_table([live])), "html": audit_report.html_report([live])},
+                  secrets)
+
+
+def test_audit_playbook_bad_audit_fail_on_is_named_before_any_host_is_read(tmp_path):
+    inventory, dummy_plan, dummy_capture = trap_files(tmp_path)
+    rc, out = playbook(inventory, "-e", "audit_fail_on=fatal")
+    assert rc != 0
+    assert "audit_fail_on: must be one of none, info, warning, error, critical (got 'fatal')" in out, out
+    assert "Audit the host" not in out and "Traceback" not in out

@@ -153,7 +153,7 @@ def test_memory_on_other_nodes_against_the_threshold(remote, threshold, severity
 
 def test_memory_threshold_must_be_a_percentage():
     facts, processes = _facts_and_process("24-25", {"1": 1})
-    with pytest.raises(ValueError, match="memory_threshold must be a percentage"):
+    with pytest.raises(ValueError, match="memory_threshold: must be a percentage"):
         audit.audit_host(facts, processes, memory_threshold=101)
 
 
@@ -172,7 +172,7 @@ def test_no_process_source_on_an_nvidia_host_is_info():
 
 def test_severity_helpers():
     assert audit.severity_rank("critical") == 3
-    with pytest.raises(ValueError, match="severity must be one of info, warning, error, critical"):
+    with pytest.raises(ValueError, match=r"^severity: must be one of info, warning, error, critical \(got 'fatal'\)$"):
         audit.severity_rank("fatal")
     findings = [{"severity": "info"}, {"severity": "error"}]
     assert audit.at_or_above(findings, "warning") == [{"severity": "error"}]

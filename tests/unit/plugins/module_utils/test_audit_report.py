@@ -36,10 +36,17 @@ def test_text_table_without_findings():
     assert audit_report.text_table([result])[-1] == "no findings"
 
 
-@pytest.mark.parametrize("bad", [None, {}, [{"host": "x"}], ["text"]])
+@pytest.mark.parametrize("bad", [None, {}])
 def test_bad_results_raise_value_error(bad):
     with pytest.raises(ValueError, match="audit results"):
         audit_report.text_table(bad)
+
+
+@pytest.mark.parametrize("bad,host", [({"host": "x"}, "x"), ("text", "results[0]")])
+def test_bad_host_result_is_an_invalid_host_not_an_error(bad, host):
+    lines = audit_report.text_table([bad])
+    assert lines[0].startswith("%s: 0 critical, 1 error" % host)
+    assert "result_invalid" in lines[2]
 
 
 def test_host_svg_is_well_formed_with_every_gpu_and_misplaced_marks():
