@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Filters for planning a fleet run by run: fleet_plan_by_host (each host with
 its own settings) and the deployed plan kept between runs: merge_plan,
-load_plan, plan_artifact_json.
+load_plan, plan_artifact_json; and rollout_batch, the batch size of a rollout.
 
 Thin shells around module_utils/plan_artifact.py; see docs/plan.md.
 """
@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact, plan_check
+from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
 
 
 def _facts(host, variables):
@@ -86,7 +87,14 @@ def plan_artifact_json(plan):
         raise AnsibleFilterError("gpufleet.numa.plan_artifact_json: %s" % exc)
 
 
+def rollout_batch(value, name="gpufleet_rollout_hosts_at_once"):
+    try:
+        return value_checks.batch_size(str(name), _plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.rollout_batch: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
         return {"fleet_plan_by_host": fleet_plan_by_host, "merge_plan": merge_plan, "load_plan": load_plan,
-                "plan_artifact_json": plan_artifact_json}
+                "plan_artifact_json": plan_artifact_json, "rollout_batch": rollout_batch}

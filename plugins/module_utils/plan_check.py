@@ -79,16 +79,27 @@ def _cpus(name, value, allow_empty=False):
 
 
 def _nodes(name, value, minimum=0):
-    nodes = [vc.integer("%s[%d]" % (name, i), n, 0, MAX_NUMA_NODE)
+    nodes = [_int("%s[%d]" % (name, i), n, 0, MAX_NUMA_NODE)
              for i, n in enumerate(_list(name, value, MAX_NUMA_NODE + 1, minimum))]
     if nodes != sorted(set(nodes)):
         vc.fail(name, "must be a sorted list of distinct NUMA nodes", nodes)
     return nodes
 
 
+def _int(name, value, minimum, maximum):
+    """A JSON integer in range (no string of digits, no boolean, no float)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        vc.fail(name, "must be an integer", value)
+    return vc.integer(name, value, minimum, maximum)
+
+
 def _index(name, value):
     """A GPU index, or None where no source knows it (AMD GPUs read from sysfs alone)."""
-    return None if value is None else vc.integer(name, value, 0, MAX_GPUS_PER_HOST - 1)
+    return None if value is None else _int(name, value, 0, MAX_GPUS_PER_HOST - 1)
+
+
+def _port(name, value):
+    return _int(name, value, 1, 65535)
 
 
 def _host(name, value, hosts=None):
@@ -116,6 +127,7 @@ def _check_plan(plan):
     for host in sorted(hosts, key=str):
         records[host] = _check_host_entry(host, hosts[host])
     instances = _list("instances", plan.get("instances"))
+    _check_counts(instances, hosts)
     checked = [_check_instance("instances[%d]" % i, entry, hosts) for i, entry in enumerate(instances)]
     for i, entry in enumerate(_list("unused", plan.get("unused"))):
         _check_unused("unused[%d]" % i, entry, hosts, records)
@@ -123,9 +135,23 @@ def _check_plan(plan):
         _short_text("warnings[%d]" % i, warning)
     totals = plan.get("totals", {})
     for key, value in _mapping("totals", totals).items():
-        vc.integer("totals.%s" % _short_text("totals key", key), value, 0, MAX_ENTRIES * MAX_GPUS_PER_HOST)
+        _int("totals.%s" % _short_text("totals key", key), value, 0, MAX_ENTRIES * MAX_GPUS_PER_HOST)
     _check_per_host(checked, hosts, records)
     _check_multinode(checked)
+
+
+def _check_counts(instances, hosts):
+    """Before each entry is read: no host holds more instances than GPUs."""
+    counts = {}
+    for entry in instances:
+        host = entry.get("host") if isinstance(entry, dict) else None
+        if isinstance(host, str):
+            counts[host] = counts.get(host, 0) + 1
+    for host, count in sorted(counts.items()):
+        gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
+        if isinstance(gpus, int) and count > gpus:
+            vc.fail("instances", "must hold at most one instance per GPU of host %s (%s GPUs)" % (vc.show(host), gpus),
+                    "%d instances" % count)
 
 
 def _check_host_entry(host, entry):
@@ -133,7 +159,7 @@ def _check_host_entry(host, entry):
     where = "hosts.%s" % vc.show(host)
     _host("hosts key", host)
     entry = _mapping(where, entry)
-    vc.integer(where + ".gpus", entry.get("gpus"), 0, MAX_GPUS_PER_HOST)
+    _int(where + ".gpus", entry.get("gpus"), 0, MAX_GPUS_PER_HOST)
     if "options" in entry:
         for option, value in sorted(_mapping(where + ".options", entry["options"]).items(), key=str):
             fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, vc.show(option)))
@@ -168,9 +194,9 @@ def _check_instance(where, entry, hosts):
                 sorted(str(k) for k in entry))
     host = _host(where + ".host", entry["host"], hosts)
     name = vc.text(where + ".name", entry["name"], _NAME, _NAME_RULE)
-    vc.integer(where + ".ordinal", entry.get("ordinal", 0), 0, MAX_GPUS_PER_HOST - 1)
-    tp_size = vc.integer(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
-    pp_size = vc.integer(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
+    _int(where + ".ordinal", entry.get("ordinal", 0), 0, MAX_GPUS_PER_HOST - 1)
+    tp_size = _int(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
+    pp_size = _int(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
     multinode = _check_multinode_field(where + ".multinode", entry.get("multinode"), host, pp_size)
     local = tp_size * pp_size // (multinode["nnodes"] if multinode else 1)
     indices = [_index("%s.gpu_indices[%d]" % (where, i), g)
@@ -189,9 +215,9 @@ def _check_instance(where, entry, hosts):
         nodes |= set(_nodes(where + ".numa_nodes", entry["numa_nodes"]))
     for i, stage in enumerate(_list(where + ".stages", entry.get("stages", []), MAX_GPUS_PER_HOST)):
         nodes |= _check_stage("%s.stages[%d]" % (where, i), stage, indices)
-    ports = [vc.port(where + ".port", entry["port"]), vc.port(where + ".dist_port", entry["dist_port"])]
+    ports = [_port(where + ".port", entry["port"]), _port(where + ".dist_port", entry["dist_port"])]
     if "dist_port_range" in entry:
-        low, high = [vc.port("%s.dist_port_range[%d]" % (where, i), p)
+        low, high = [_port("%s.dist_port_range[%d]" % (where, i), p)
                      for i, p in enumerate(_list(where + ".dist_port_range", entry["dist_port_range"], 2, 2))]
         if low > high:
             vc.fail(where + ".dist_port_range", "must be [first, last] with first <= last", [low, high])
@@ -240,7 +266,7 @@ def _check_binding(where, binding, indices):
         at = "%s.workers[%d]" % (where, i)
         worker = _mapping(at, worker)
         _index(at + ".gpu_index", worker.get("gpu_index"))
-        nodes.add(vc.integer(at + ".node", worker.get("node"), 0, MAX_NUMA_NODE))
+        nodes.add(_int(at + ".node", worker.get("node"), 0, MAX_NUMA_NODE))
         cpus |= _cpus(at + ".cpus", worker.get("cpus", ""), allow_empty=True)
     if mode == "per_worker" and [w.get("gpu_index") for w in workers] != indices:
         vc.fail(where + ".workers", "must hold one entry per GPU in the order of gpu_indices",
@@ -266,8 +292,8 @@ def _check_multinode_field(where, value, host, pp_size):
         if field not in value:
             vc.fail(where, "lacks %s (multi-node entries carry nnodes, node_rank, head, hosts, master_port)"
                     % field, sorted(str(k) for k in value))
-    nnodes = vc.integer(where + ".nnodes", value["nnodes"], 2, 1024)
-    rank = vc.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
+    nnodes = _int(where + ".nnodes", value["nnodes"], 2, 1024)
+    rank = _int(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
     hosts = [_host("%s.hosts[%d]" % (where, i), h) for i, h in enumerate(_list(where + ".hosts", value["hosts"], 1024))]
     if len(hosts) != nnodes or len(set(hosts)) != nnodes:
         vc.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
@@ -278,7 +304,7 @@ def _check_multinode_field(where, value, host, pp_size):
         vc.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
     if pp_size % nnodes:
         vc.fail(where + ".nnodes", "must divide pp_size %d" % pp_size, nnodes)
-    master_port = vc.port(where + ".master_port", value["master_port"])
+    master_port = _port(where + ".master_port", value["master_port"])
     for i, nic in enumerate(_list(where + ".nics", value.get("nics", []), MAX_NICS)):
         nic = _mapping("%s.nics[%d]" % (where, i), nic)
         for j, interface in enumerate(_list("%s.nics[%d].interfaces" % (where, i), nic.get("interfaces", []),
