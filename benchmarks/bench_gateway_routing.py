@@ -12,7 +12,7 @@ sequential completions over one keep-alive connection:
 
 - straight to the instance (the floor),
 - through the gateway, model read from the JSON body (HAProxy waits for the
-  body: option http-buffer-request, then json_query),
+  body after the key check: wait-for-body, then the Lua reader),
 - through the gateway, model from the X-Model header,
 
 for each prompt size given. Prints the median and 95th percentile latency

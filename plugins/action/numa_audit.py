@@ -20,7 +20,7 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather, host_results
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 
@@ -106,13 +106,18 @@ class ActionModule(ActionBase):
         else:
             args["fail_on_severity"] = "none"
             module = self._execute_module(module_args=args, task_vars=task_vars)
-            if module.get("failed"):
-                result.update(module)
+            if not isinstance(module, dict) or module.get("failed"):
+                # What a host returns is data: of a failure, only the error
+                # fields, never facts or other keys that could become variables.
+                kept, warnings = host_results.keep_defined(module, "numa_audit", host_results.GENERIC_FIELDS, {})
+                result.update(kept, failed=True)
+                if warnings:
+                    result["warnings"] = list(result.get("warnings") or []) + warnings
                 return result
             facts = module["topology"]
             processes = {"source": module.get("process_source"), "processes": module.get("processes") or [],
                          "warnings": module.get("warnings") or []}
-            extra = dict((k, module[k]) for k in ("capture",) if k in module)
+            extra = dict((k, module[k]) for k in ("capture",) if isinstance(module.get(k), dict))
         try:
             result.update(audit_gather.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold))
         except ValueError as exc:

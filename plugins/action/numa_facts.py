@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Action for gpufleet.numa.numa_facts: replay capture= on the controller.
 
-Without capture= the module runs on the target as usual. With it, the
+Without capture= the module runs on the target, and of its result only the
+fields the module defines are kept (module_utils/host_results.py). With it, the
 capture file is read here and turned into facts by the same module_utils
 code the module uses; the target is never contacted.
 """
@@ -16,6 +17,7 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import host_results
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture, summary
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CAPTURE_MAX_BYTES, load_capture
 
@@ -51,13 +53,24 @@ class ActionModule(ActionBase):
         candidate = os.path.abspath(capture)
         return candidate if os.path.exists(candidate) else None
 
+    def _keep_defined(self, result, module):
+        """The fields of the module's result the collection defines: what a
+        host returns is data, and any other key could become a variable."""
+        key = getattr(self, "_discovered_interpreter_key", None)
+        controller_facts = {key: self._discovered_interpreter} if key else {}
+        kept, warnings = host_results.keep_defined(module, "numa_facts", host_results.NUMA_FACTS_FIELDS,
+                                                   host_results.NUMA_FACTS_FACTS, controller_facts)
+        result.update(kept)
+        if warnings:
+            result["warnings"] = list(result.get("warnings") or []) + warnings
+        return result
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         capture = self._task.args.get("capture")
         if not capture:
             result = super(ActionModule, self).run(tmp, task_vars)
-            result.update(self._execute_module(task_vars=task_vars))
-            return result
+            return self._keep_defined(result, self._execute_module(task_vars=task_vars))
 
         result = super(ActionModule, self).run(tmp, task_vars)
         result["changed"] = False

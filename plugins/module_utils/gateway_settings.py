@@ -41,8 +41,11 @@ BACKEND_NAME_LIMIT = 64
 # Header a client sets to name the model when the JSON body cannot say it
 # (a GET, a body that is not JSON, a "model" field beyond the buffer).
 MODEL_HEADER = "X-Model"
-# A gateway API key: long enough not to be guessed.
-GATEWAY_KEY_MINIMUM = 16
+# The Lua reader of the request body's "model" (roles/gateway/files), next
+# to the configuration that loads it.
+BODY_READER = "gpufleet-request-model.lua"
+# A fragment of a key this long (or longer) in a line withholds the line.
+SECRET_FRAGMENT = 4
 
 # Every variable the role takes; each must be present in the dict.
 VARIABLES = (
@@ -126,14 +129,11 @@ def log_target(name, value):
 
 def backend_address(name, value):
     """A backend's address: an IP address or DNS name the gateway connects
-    to; never the unspecified address (0.0.0.0 or ::), which is a listen
-    wildcard and not a place to connect to."""
+    to (value_checks.address: no legacy IPv4 forms such as 0 or 127.1);
+    never an unspecified address (0.0.0.0, ::, ::ffff:0.0.0.0), which is a
+    listen wildcard and not a place to connect to."""
     address = vc.address(name, value)
-    try:
-        unspecified = ipaddress.ip_address(address).is_unspecified
-    except ValueError:
-        unspecified = False  # a DNS name
-    if unspecified:
+    if vc.address_scope(address) == "unspecified":
         vc.fail(name, "must be an address the gateway can connect to, not the wildcard %s" % address, value)
     return address
 
@@ -234,14 +234,55 @@ def backend_api_keys(value, found):
             vc.fail(name, "names a model no backend serves (models: %s)" % ", ".join(sorted(by_name)), str(model))
         if key is None or key == "":
             continue
-        by_name[model]["api_key"] = vc.secret("%s[%s]" % (name, model), key)
-        by_name[model]["api_key_header"] = quoted("Bearer " + key)
+        by_name[model]["api_key"] = vc.api_key("%s[%s]" % (name, model), key)
+        by_name[model]["api_key_header"] = header_value("Bearer " + key)
+
+
+def header_value(text):
+    """TEXT as the value word of an HAProxy set-header, which HAProxy reads
+    twice: as a log-format string, where '%' starts an expression (%[...]
+    would be evaluated) and '%%' is one '%', then as a double-quoted word,
+    where backslash, double quote and '$' (environment variables) are
+    escaped. TEXT is printable ASCII with single spaces (value_checks.api_key):
+    log-format merges a run of spaces."""
+    return quoted(text.replace("%", "%%"))
 
 
 def quoted(text):
     """TEXT as one double-quoted HAProxy word: backslash, double quote and
     '$' (environment variables) escaped; TEXT holds no control character."""
     return '"%s"' % re.sub(r'([\\"$])', r"\\\1", text)
+
+
+def secret_forms(key):
+    """Every form in which KEY may reach HAProxy's output: as given, as
+    log-format text, and as the configuration's quoted word."""
+    logformat = key.replace("%", "%%")
+    return sorted({key, logformat, quoted(logformat)[1:-1]})
+
+
+def redact_lines(lines, secrets):
+    """LINES (e.g. `haproxy -c` output), each kept only if it holds no
+    fragment of SECRETS' forms of SECRET_FRAGMENT or more characters;
+    the others are replaced by a note that says why, never by a part of
+    them. A configuration that holds keys is never echoed raw through here."""
+    fragments = set()
+    for secret in secrets:
+        if not isinstance(secret, str) or not secret:
+            continue
+        for form in secret_forms(secret):
+            if len(form) < SECRET_FRAGMENT:
+                fragments.add(form)
+            for start in range(len(form) - SECRET_FRAGMENT + 1):
+                fragments.add(form[start:start + SECRET_FRAGMENT])
+    kept = []
+    for line in lines:
+        line = str(line)
+        if any(fragment in line for fragment in fragments):
+            kept.append("(a line that mentions an API key, withheld)")
+        else:
+            kept.append(line)
+    return kept
 
 
 def gateway_key(variables, listen_address):
@@ -258,8 +299,20 @@ def gateway_key(variables, listen_address):
                 "(gateway_listen_address %s); set it (from a vault), or listen on 127.0.0.1, or set "
                 "gateway_allow_unauthenticated: true to let anyone in" % listen_address)
         return ""
-    vc.secret("gateway_api_key", key, GATEWAY_KEY_MINIMUM)
+    vc.api_key("gateway_api_key", key)
     return hashlib.sha256(("Bearer " + key).encode("ascii")).hexdigest().upper()
+
+
+def stats_access(s):
+    """The statistics page has no login and shows every backend, its state
+    and counters: it listens on loopback (reach it over SSH), unless the
+    gateway itself lets anyone in (gateway_allow_unauthenticated)."""
+    if s["stats_port"] == 0 or s["allow_unauthenticated"] or vc.is_loopback(s["stats_address"]):
+        return
+    vc.fail("gateway_stats_address",
+            "must be a loopback address (127.0.0.1 or ::1) while gateway_stats_port is set: the statistics "
+            "page has no login and shows every backend; reach it through an SSH tunnel, or set "
+            "gateway_allow_unauthenticated: true to let anyone in", s["stats_address"])
 
 
 def models_json(found):
@@ -315,6 +368,7 @@ def check_settings(variables):
     if s["stats_port"] == s["listen_port"]:
         vc.fail("gateway_stats_port", "must differ from gateway_listen_port (0 turns the statistics page off)",
                 v["gateway_stats_port"])
+    stats_access(s)
     s["log_target"] = log_target("gateway_log_target", v["gateway_log_target"])
     s["user"] = vc.account("gateway_user", v["gateway_user"]) if v["gateway_user"] != "" else ""
     s["group"] = vc.account("gateway_group", v["gateway_group"]) if v["gateway_group"] != "" else ""
@@ -334,6 +388,7 @@ def check_settings(variables):
     s["manage_service"] = "auto" if manage.lower() == "auto" else str(vc.boolean("gateway_manage_service", manage)).lower()
     s["service_name"] = vc.text("gateway_service_name", v["gateway_service_name"], SERVICE,
                                 "must be a systemd unit name (letters, digits, '@', '_', '.', ':', '-')")
+    s["body_reader"] = s["config_path"].rsplit("/", 1)[0] + "/" + BODY_READER
     s["listen_socket"] = socket(s["listen_address"], s["listen_port"])
     s["stats_socket"] = socket(s["stats_address"], s["stats_port"])
     return s

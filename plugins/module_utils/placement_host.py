@@ -112,7 +112,16 @@ def plan_host_view(view, opts, fleet_slots=None):
     key = plan_key(view, opts)
     template = _TEMPLATES.get(key)
     if template is None:
-        template = build_template(key, view.host, [g.id for g in view.gpus])
+        try:
+            template = build_template(key, view.host, [g.id for g in view.gpus])
+        except PlacementError as exc:
+            exc.host = view.host
+            raise
+        except RecursionError:
+            # never expected (the search runs on explicit stacks); a host is named, never a traceback
+            exc = PlacementError("host %s: the plan is too deep to compute" % view.host)
+            exc.host = view.host
+            raise exc from None
         if len(_TEMPLATES) >= _CACHE_LIMIT:
             _TEMPLATES.clear()
         _TEMPLATES[key] = template
@@ -173,20 +182,12 @@ def build_template(key, host, gpu_ids):
     node_of = [gpu_nodes[pos] for pos in placeable_pos]
     socket_of = [node_socket[n] if node_socket.get(n) is not None else ("node", n) for n in node_of]
     n = len(placeable_pos)
-    score = [[0] * n for _row in range(n)]
-    link_name = {}
-    missing = []
-    for i in range(n):
-        row = topo.links[placeable_pos[i]]
-        for j in range(i + 1, n):
-            link = row[placeable_pos[j]]
-            if link is None:
-                s = UNKNOWN_LINK_SCORE
-                missing.append((placeable_pos[i], placeable_pos[j]))
-            else:
-                s = link_score(link)
-                link_name[(i, j)] = link
-            score[i][j] = score[j][i] = s
+    score, missing = _score_matrix(topo, placeable_pos)
+
+    def link_name(a, b):
+        """The link class between placeable GPUs a and b (None: the facts hold none)."""
+        low, high = min(a, b), max(a, b)
+        return topo.links[placeable_pos[low]][placeable_pos[high]]
 
     per_socket = {}
     for s in socket_of:
@@ -215,8 +216,9 @@ def build_template(key, host, gpu_ids):
     notes = []
     if not result.get("exhaustive", True):
         notes.append(
-            "too many distinct GPUs on one socket for the exact search; groups were formed "
-            "node by node in PCI order and their links are not optimised"
+            "too many distinct GPUs on one socket for the exact search (its work budget ran out); groups "
+            "were formed node by node in PCI order, each inside its socket (or the host, when groups span), "
+            "and their links are not optimised: the plan may not be optimal"
         )
     if not groups:
         raise PlacementError(
@@ -247,6 +249,7 @@ def build_template(key, host, gpu_ids):
     cpu_plan, cpu_notes = assign_cpus(topo, node_socket, inst_nodes, opts.reserved_cpus_per_socket, host)
     notes.extend(cpu_notes)
 
+    node_cpus = dict((node.id, set(parse_cpulist(node.cpus))) for node in topo.nodes)
     out_groups = []
     for idx, stages in enumerate(instances):
         stage_entries = []
@@ -264,7 +267,7 @@ def build_template(key, host, gpu_ids):
         interleave = any(len(st.numa_nodes) > 1 for st in stage_entries)
         worst_stage = stage_entries[min(range(len(stages)), key=lambda k: _group_worst(stages[k], score))]
         cpus = cpu_plan[idx]
-        binding, note = _binding(topo, opts, idx, host, stages, stage_entries, node_of, cpus, interleave)
+        binding, note = _binding(node_cpus, opts, idx, host, stages, stage_entries, node_of, cpus, interleave)
         if note:
             notes.append(note)
         out_groups.append(GroupTemplate(
@@ -284,12 +287,39 @@ def build_template(key, host, gpu_ids):
         unused=tuple(unused),
         unknown_node=tuple(unknown),
         rehomed=tuple(rehomed),
-        missing_links=(len(missing), missing[0]) if missing else (),
+        missing_links=missing,
         notes=tuple(notes),
     )
 
 
-def _binding(topo, opts, idx, host, stages, stage_entries, node_of, cpus, interleave):
+def _score_matrix(topo, placeable_pos):
+    """(link scores between placeable GPUs, (count, first pair) of pairs without a link or ()).
+
+    One pass over the pairs, each link class scored once: a host may have a thousand GPUs.
+    """
+    n = len(placeable_pos)
+    score = [[0] * n for _row in range(n)]
+    score_of = {}
+    missing = 0
+    first_missing = None
+    for i in range(n):
+        row = topo.links[placeable_pos[i]]
+        score_i = score[i]
+        for j in range(i + 1, n):
+            link = row[placeable_pos[j]]
+            s = score_of.get(link)
+            if s is None:
+                s = score_of[link] = UNKNOWN_LINK_SCORE if link is None else link_score(link)
+            if link is None:
+                missing += 1
+                if first_missing is None:
+                    first_missing = (placeable_pos[i], placeable_pos[j])
+            score_i[j] = s
+            score[j][i] = s
+    return score, ((missing, first_missing) if missing else ())
+
+
+def _binding(node_cpus, opts, idx, host, stages, stage_entries, node_of, cpus, interleave):
     """(BindingTemplate, note or None) of one instance under opts.worker_binding.
 
     per_worker: each worker gets its GPU's node and the instance's CPUs on
@@ -300,7 +330,6 @@ def _binding(topo, opts, idx, host, stages, stage_entries, node_of, cpus, interl
     parent is the API server itself when vLLM runs its engine in-process
     (docs/plan.md, binding modes).
     """
-    node_cpus = dict((n.id, set(parse_cpulist(n.cpus))) for n in topo.nodes)
     mine = set(parse_cpulist(cpus.cpus)) if cpus.cpus else set()
     worker_nodes = [node_of[g] for stage in stages for g in stage]
     workers = tuple((node, format_cpulist(mine & node_cpus.get(node, set()))) for node in worker_nodes)
@@ -371,7 +400,7 @@ def _worst_link(group, score, link_name):
         for b in group[i + 1 :]:
             if worst is None or score[a][b] < worst:
                 worst = score[a][b]
-                name = link_name.get((min(a, b), max(a, b)))
+                name = link_name(a, b)
     return name
 
 

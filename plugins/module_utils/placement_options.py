@@ -17,7 +17,13 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import 
 
 
 class PlacementError(ValueError):
-    """Bad input or an impossible plan; the message names host and problem."""
+    """Bad input or an impossible plan; the message names host and problem.
+
+    host: the host that cannot be planned, when the error is one host's
+    (set by the planner), so a caller can report it and plan the others.
+    """
+
+    host = None
 
 
 HOST_OPTIONS = {

@@ -142,7 +142,7 @@ def gateway_api_keys(plan, api_keys):
         key = api_keys.get(host)
         key = "" if key is None else key
         if key:
-            value_checks.secret("host %s vllm_api_key" % host, key)
+            value_checks.api_key("host %s vllm_api_key" % host, key)
         if name in keys and keys[name] != key:
             raise ValueError(
                 "vllm_api_key: hosts %s and %s serve model %s with different keys; the gateway sends one key "

@@ -17,6 +17,7 @@ import re
 from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import (
     format_cpulist,
     parse_cpulist,
+    parse_cpumask,
 )
 from ansible_collections.gpufleet.numa.plugins.module_utils.pci import MAX_GPUS, normalize_bus_id
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import excerpt
@@ -27,6 +28,8 @@ CPU_DIR = "/sys/devices/system/cpu"
 PCI_DIR = "/sys/bus/pci/devices"
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"
 CGROUP_DIR = "/sys/fs/cgroup"
+CGROUP_V1_CPUSET_DIR = CGROUP_DIR + "/cpuset"  # where cgroup v1 mounts the cpuset controller by default
+MOUNTINFO = "/proc/self/mountinfo"
 PROC_STATUS = "/proc/self/status"
 ISOLATED = CPU_DIR + "/isolated"
 DEFAULT_SLICE = "system.slice"
@@ -37,7 +40,10 @@ GPU_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
 # VGA, 3D controller, processing accelerator, and "other display
 # controller" (0x0380: AMD Instinct MI100/MI200 report themselves so).
 GPU_CLASSES = ("0x0300", "0x0302", "0x0380", "0x1200")
-NIC_CLASSES = ("0x0200", "0x0207")  # Ethernet, InfiniBand
+# Ethernet, InfiniBand, InfiniBand serial bus (QLogic/Intel HCAs). Any other
+# PCI device that has a net/ or infiniband/ interface counts as a NIC too
+# (a ConnectX-3 reports 0x0280, "network controller, other").
+NIC_CLASSES = ("0x0200", "0x0207", "0x0c06")
 NIC_VENDORS = {
     "0x15b3": "mellanox",
     "0x8086": "intel",
@@ -69,14 +75,49 @@ _MEMTOTAL = re.compile(r"MemTotal:\s*(\d+)\s*kB")
 _CPUS_ALLOWED = re.compile(r"^Cpus_allowed_list:[ \t]*(\S*)[ \t]*$", re.MULTILINE)
 
 
+NUL_LISTS = ("sysfs list files end in a NUL byte (the kernel's bitmap_print_to_buf copies the terminator, "
+             "as on some 5.15 kernels); read without it")
+MASKS_ONLY = ("sysfs has no *_list file where one was expected (an older kernel): CPUs read from the bitmap files "
+              "(cpumap, thread_siblings, core_siblings, local_cpus)")
+PER_CPU_ONLINE = ("%s/online is missing: which CPUs are online was read from each cpuN/online" % CPU_DIR)
+
+
 def _strip(text):
     return None if text is None else text.strip()
 
 
-def _cpulist_or_warn(reader, path, warnings):
-    text = reader.read(path)
+def _note_once(warnings, line):
+    if line not in warnings:
+        warnings.append(line)
+
+
+def _list_text(text, warnings):
+    """A list file's text without the NUL some kernels write after it."""
+    if text is not None and "\0" in text:
+        cut = text.rstrip("\0\n \t")
+        if "\0" not in cut:
+            _note_once(warnings, NUL_LISTS)
+            return cut
+    return text
+
+
+def _cpulist_or_warn(reader, path, warnings, mask_path=None):
+    """The CPUs a list file names (None when unreadable); with mask_path,
+    the bitmap file beside it is read when the list file is missing."""
+    text = _list_text(reader.read(path), warnings)
     if text is None:
-        return None
+        if mask_path is None:
+            return None
+        mask = _list_text(reader.read(mask_path), warnings)
+        if mask is None:
+            return None
+        try:
+            cpus = parse_cpumask(mask)
+        except ValueError as exc:
+            warnings.append("%s: %s" % (mask_path, exc))
+            return None
+        _note_once(warnings, MASKS_ONLY)
+        return cpus
     try:
         return parse_cpulist(text)
     except ValueError as exc:
@@ -101,7 +142,7 @@ def numa_nodes(reader, warnings, online_cpus=None):
     nodes = []
     for node_id in ids:
         base = "%s/node%d" % (NODE_DIR, node_id)
-        cpus = _cpulist_or_warn(reader, base + "/cpulist", warnings)
+        cpus = _cpulist_or_warn(reader, base + "/cpulist", warnings, base + "/cpumap")
         if cpus is not None and online_cpus is not None:
             cpus = [c for c in cpus if c in online_cpus]
         memory_mb = None
@@ -131,23 +172,53 @@ def numa_nodes(reader, warnings, online_cpus=None):
     return nodes
 
 
+def _online_per_cpu(reader, listed, warnings):
+    """Online CPUs from each cpuN/online when the global list is missing
+    (None when no CPU has the file). cpu0 often has none: it cannot go
+    offline, so a CPU without the file is online."""
+    states = dict((cpu, _strip(reader.read("%s/cpu%d/online" % (CPU_DIR, cpu)))) for cpu in listed)
+    if not any(state is not None for state in states.values()):
+        return None
+    _note_once(warnings, PER_CPU_ONLINE)
+    return [cpu for cpu in listed if states[cpu] != "0"]
+
+
+def _packages(reader, cpus, warnings):
+    """{cpu: package id}: physical_package_id; where a CPU has none (or -1,
+    as older ARM kernels write), the groups of core_siblings are numbered
+    in order of their first CPU, as hwloc does."""
+    package, groups = {}, {}
+    for cpu in cpus:
+        base = "%s/cpu%d/topology" % (CPU_DIR, cpu)
+        pkg = _int_or_none(reader.read(base + "/physical_package_id"))
+        if pkg is not None and pkg >= 0:
+            package[cpu] = pkg
+            continue
+        group = _cpulist_or_warn(reader, base + "/core_siblings_list", warnings, base + "/core_siblings")
+        if group:
+            groups[cpu] = tuple(group)
+    if groups:
+        numbered = dict((group, n) for n, group in enumerate(sorted(set(groups.values()))))
+        warnings.append("CPUs %s have no physical_package_id: their sockets are numbered from core_siblings"
+                        % format_cpulist(groups))
+        for cpu, group in groups.items():
+            package[cpu] = numbered[group]
+    return package
+
+
 def cpu_topology(reader, warnings):
     """Online/offline CPUs, package (socket) of each CPU, SMT sibling groups."""
     online = _cpulist_or_warn(reader, CPU_DIR + "/online", warnings)
     names = reader.listdir(CPU_DIR) or []
     listed = sorted(int(m.group(1)) for m in (_CPU_NAME.match(n) for n in names) if m)
-    if online is None:
-        online = None if not listed else listed
+    if online is None and listed:
+        online = _online_per_cpu(reader, listed, warnings) or listed
     online_set = None if online is None else set(online)
     offline = [c for c in listed if online_set is not None and c not in online_set]
-    package = {}
     siblings = set()
     for cpu in (online or []):
         base = "%s/cpu%d/topology" % (CPU_DIR, cpu)
-        pkg = _int_or_none(reader.read(base + "/physical_package_id"))
-        if pkg is not None and pkg >= 0:
-            package[cpu] = pkg
-        threads = _cpulist_or_warn(reader, base + "/thread_siblings_list", warnings)
+        threads = _cpulist_or_warn(reader, base + "/thread_siblings_list", warnings, base + "/thread_siblings")
         if threads:
             # Offline siblings are left out: nothing can be bound to them.
             group = tuple(t for t in threads if online_set is None or t in online_set)
@@ -156,7 +227,7 @@ def cpu_topology(reader, warnings):
     return {
         "online": online,
         "offline": offline,
-        "package": package,
+        "package": _packages(reader, online or [], warnings),
         "smt_siblings": [list(g) for g in sorted(siblings)],
     }
 
@@ -221,14 +292,14 @@ def _pcie(reader, base):
 
 
 def _interfaces(reader, base):
-    names = set()
-    for sub in ("net", "infiniband"):
-        names.update(reader.listdir("%s/%s" % (base, sub)) or [])
+    """(net interface names, RDMA device names) of a PCI device: net/ and
+    infiniband/ below it (NCCL_IB_HCA takes the infiniband/ names)."""
+    net = set(reader.listdir(base + "/net") or [])
     # virtio and some other drivers put net/ one level down (virtio0/net/eth0).
     for child in reader.listdir(base) or []:
         if child.startswith("virtio"):
-            names.update(reader.listdir("%s/%s/net" % (base, child)) or [])
-    return sorted(names)
+            net.update(reader.listdir("%s/%s/net" % (base, child)) or [])
+    return sorted(net), sorted(reader.listdir(base + "/infiniband") or [])
 
 
 def _locality(reader, base, bus_id, kind, nodes, warnings, cpu_sets=None):
@@ -239,7 +310,7 @@ def _locality(reader, base, bus_id, kind, nodes, warnings, cpu_sets=None):
     and `reported` keeps the raw value, so that assembly can weigh the
     other sources first and warn once.
     """
-    local = _cpulist_or_warn(reader, base + "/local_cpulist", warnings)
+    local = _cpulist_or_warn(reader, base + "/local_cpulist", warnings, base + "/local_cpus")
     local_cpus = None if not local else format_cpulist(local)
     raw = _strip(reader.read(base + "/numa_node"))
     node = _int_or_none(raw)
@@ -295,13 +366,19 @@ def pci_devices(reader, nodes, warnings):
                 "pci_class": pci_class,
                 "pci_path": _pci_chain(reader, entry),
             })
-        elif prefix in NIC_CLASSES:
+        else:
+            net, rdma = _interfaces(reader, base)
+            if prefix not in NIC_CLASSES and not net and not rdma:
+                continue
             node, local_cpus, dummy_reported = _locality(reader, base, bus_id, "NIC", nodes, warnings, cpu_sets)
             nics.append({
                 "id": bus_id,
                 "pci_bus_id": bus_id,
                 "vendor": NIC_VENDORS.get(vendor_id, "other"),
-                "interfaces": _interfaces(reader, base),
+                "interfaces": sorted(set(net) | set(rdma)),
+                "net_interfaces": net,
+                "rdma_devices": rdma,
+                "pci_class": pci_class,
                 "numa_node": node,
                 "local_cpus": local_cpus,
                 "pcie": _pcie(reader, base),
@@ -445,12 +522,60 @@ def check_cgroup_slice(value):
     return value.strip("/")
 
 
+def _unescape_mount(field):
+    """A mountinfo path field: octal escapes (\\040 is a space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def cgroup_mounts(reader, warnings):
+    """(cgroup2 mount point, cgroup v1 cpuset mount point) from
+    /proc/self/mountinfo; the usual places when it cannot be read or does
+    not say. A mount point that is no plain absolute path is refused."""
+    text = reader.read(MOUNTINFO)
+    v2 = v1 = None
+    for line in (text or "").splitlines()[:10000]:
+        mine, sep, theirs = line.partition(" - ")
+        fields, tail = mine.split(), theirs.split()
+        if not sep or len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup2", "cgroup"):
+            continue
+        point = _unescape_mount(fields[4])
+        if len(point) > 4096 or not point.startswith("/") or "/../" in point + "/" or "\0" in point:
+            warnings.append("%s: cgroup mount point %s is not a plain absolute path; not read" % (MOUNTINFO, excerpt(point)))
+            continue
+        if tail[0] == "cgroup2" and v2 is None:
+            v2 = point.rstrip("/") or "/"
+        elif tail[0] == "cgroup" and "cpuset" in tail[2].split(",") and v1 is None:
+            v1 = point.rstrip("/") or "/"
+    if text is None or (v1 is None and v2 is None):
+        return CGROUP_DIR, CGROUP_V1_CPUSET_DIR
+    return v2, v1
+
+
+def _cpuset_files(reader, slice_name, warnings):
+    """The cpuset files that may limit the services, most specific first:
+    cgroup v2 (cpuset.cpus.effective) where mountinfo says it is mounted,
+    then cgroup v1's cpuset controller (cpuset.effective_cpus, cpuset.cpus),
+    each for the slice, then for the root this host shows."""
+    v2, v1 = cgroup_mounts(reader, warnings)
+    paths = []
+    for top, names in ((v2, ("cpuset.cpus.effective",)), (v1, ("cpuset.effective_cpus", "cpuset.cpus"))):
+        if top is None:
+            continue
+        top = "" if top == "/" else top
+        for where in (["%s/%s" % (top, slice_name)] if slice_name else []) + [top]:
+            paths.extend("%s/%s" % (where, name) for name in names)
+    return paths
+
+
 def cpu_limits(reader, warnings, cgroup_slice=DEFAULT_SLICE):
     """The CPUs services may run on, from what limits them: [(reason, allowed CPUs or None, denied CPUs or None)].
 
     - the cgroup v2 cpuset of the services' slice
-      (/sys/fs/cgroup/<slice>/cpuset.cpus.effective), else of the cgroup
-      root this host shows (an LXC container's or a pod's own root);
+      (/sys/fs/cgroup/<slice>/cpuset.cpus.effective, or wherever
+      /proc/self/mountinfo says cgroup2 is mounted), else of the cgroup
+      root this host shows (an LXC container's or a pod's own root); on
+      cgroup v1 the cpuset controller's cpuset.effective_cpus/cpuset.cpus
+      (/sys/fs/cgroup/cpuset/..., RHEL 8);
     - this process's Cpus_allowed_list in /proc/self/status (a container, a
       taskset or a CPUAffinity= around the whole session);
     - /sys/devices/system/cpu/isolated (isolcpus=): those CPUs the
@@ -461,10 +586,8 @@ def cpu_limits(reader, warnings, cgroup_slice=DEFAULT_SLICE):
     """
     limits = []
     slice_name = (cgroup_slice or "").strip("/")
-    paths = ["%s/%s/cpuset.cpus.effective" % (CGROUP_DIR, slice_name)] if slice_name else []
-    paths.append(CGROUP_DIR + "/cpuset.cpus.effective")
-    for path in paths:
-        text = reader.read(path)
+    for path in _cpuset_files(reader, slice_name, warnings):
+        text = _list_text(reader.read(path), warnings)
         if text is None:
             continue
         if not text.strip():
@@ -515,6 +638,32 @@ def _apply_limits(nodes, limits, warnings):
                             % (format_cpulist(gone), reason))
 
 
+def _check_node_cpus(reader, nodes, online, warnings):
+    """Warn about what the firmware got wrong: CPUs listed in several NUMA
+    nodes (an SRAT that puts every CPU in every node), and online CPUs in
+    no node (an offline node whose CPUs stayed online): those sit in no
+    node and no socket, and nothing is placed on them."""
+    owners = {}
+    for node in nodes:
+        for cpu in parse_cpulist(node["cpus"]) if node["cpus"] else []:
+            owners.setdefault(cpu, []).append(node["id"])
+    shared = sorted(cpu for cpu, ids in owners.items() if len(ids) > 1)
+    if shared:
+        ids = sorted(set(i for cpu in shared for i in owners[cpu]))
+        warnings.append("CPUs %s are listed in several NUMA nodes (%s): the firmware's NUMA table (SRAT) is wrong; "
+                        "placement on these nodes is not socket-local" % (format_cpulist(shared), ", ".join(map(str, ids))))
+    if len(nodes) < 1 or not online:
+        return
+    stray = sorted(set(online) - set(owners))
+    if stray:
+        node_online = _cpulist_or_warn(reader, NODE_DIR + "/online", warnings)
+        listed = set(n["id"] for n in nodes)
+        gone = sorted(set(node_online or []) ^ listed) if node_online is not None else []
+        warnings.append("CPUs %s are online but in no NUMA node%s; they belong to no node and no socket and are "
+                        "left out" % (format_cpulist(stray), " (node(s) %s offline or missing)" % ", ".join(
+                            map(str, gone)) if gone else ""))
+
+
 def collect(reader, cgroup_slice=DEFAULT_SLICE):
     """Everything sysfs says, as plain dicts (see module docstring).
 
@@ -533,6 +682,7 @@ def collect(reader, cgroup_slice=DEFAULT_SLICE):
         nodes = [{"id": 0, "cpus": format_cpulist(cpus["online"]), "memory_mb": None, "distances": {}}]
     if cpus["offline"]:
         warnings.append("CPUs %s are offline; they are left out of the NUMA nodes" % format_cpulist(cpus["offline"]))
+    _check_node_cpus(reader, nodes, cpus["online"], warnings)
     _apply_limits(nodes, cpu_limits(reader, warnings, cgroup_slice) if nodes else [], warnings)
 
     sockets = {}

@@ -34,7 +34,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader impo
 )
 
 SCHEMA_VERSION = 1
-_IDENTITY_FIELDS = ("uuid", "name", "memory_mb", "mig_mode")
+_IDENTITY_FIELDS = ("uuid", "name", "memory_mb", "mig_mode", "pci_class")
 _PCIE_KEYS = ("current_speed", "max_speed", "current_width", "max_width")
 
 
@@ -95,6 +95,7 @@ class _GpuTable(object):
             "vendor": gpu.get("vendor") or "nvidia",
             "memory_mb": None,
             "mig_mode": None,
+            "pci_class": None,
             "pcie": None,
             "numa": [],  # (source, node) in precedence order
             "cpus": [],  # (source, cpulist) in precedence order
@@ -376,6 +377,7 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
             "mig_mode": record["mig_mode"],
             "pcie": dict((k, pcie.get(k)) for k in _PCIE_KEYS),
             "memory_numa_node": record["memory_numa"],
+            "pci_class": record["pci_class"],  # sysfs class ("0x030200"); null when no source read it
         }
         narrow = _narrow_link_warning("GPU", gid, gpu["pcie"])
         if narrow:
@@ -406,6 +408,11 @@ def assemble(sysfs_part=None, nvml_part=None, smi_query_part=None, smi_topo_part
             warnings.append(narrow)
         nics.append(dict(nic, gpu_links=_sysfs_nic_links(nic.get("gpu_links"), table)))
     _merge_matrix_nics(nics, (smi_topo_part or {}).get("nics"), table, gpus)
+    for nic in nics:
+        # A NIC known from a topo -m column only: its legend names the RDMA device.
+        nic.setdefault("net_interfaces", [])
+        nic.setdefault("rdma_devices", list(nic.get("interfaces") or []))
+        nic.setdefault("pci_class", None)
 
     for node in nodes:
         node.setdefault("socket", None)

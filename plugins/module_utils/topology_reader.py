@@ -461,8 +461,14 @@ def _status_cpu_lines(text):
     return "".join(line for line in text.splitlines(True) if line.startswith("Cpus_allowed"))
 
 
+def _mountinfo_cgroup_lines(text):
+    """/proc/self/mountinfo as a capture keeps it: the cgroup mounts only
+    (the others name the host's disks and paths, and are not read)."""
+    return "".join(line for line in text.splitlines(True) if " - cgroup" in line)
+
+
 # Files recorded in part: path -> what of the text a capture keeps.
-_RECORD_FILTERS = {"/proc/self/status": _status_cpu_lines}
+_RECORD_FILTERS = {"/proc/self/status": _status_cpu_lines, "/proc/self/mountinfo": _mountinfo_cgroup_lines}
 
 
 class RecordingReader(Reader):
@@ -608,8 +614,13 @@ def _parse_text(text, name):
     """YAML when PyYAML is importable (the controller), JSON otherwise.
 
     `nvidia-smi topo -m` output saved as it is (a text file, not YAML) is
-    a capture of that one command.
+    a capture of that one command; hwloc XML and an NCCL topology dump
+    are captures of the sysfs they describe (topology_xml).
     """
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology_xml import capture_from_xml, is_xml
+
+    if is_xml(text):
+        return capture_from_xml(text, name)
     try:
         import yaml  # controller side; targets replay captures as dicts
     except ImportError:

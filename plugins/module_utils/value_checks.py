@@ -127,8 +127,18 @@ def ip_address(name, value):
         fail(name, "must be an IPv4 or IPv6 address", value)
 
 
+# What inet_aton() (and so getaddrinfo(), which HAProxy and vLLM call)
+# reads as an IPv4 address although it is no dotted quad: "0", "127.1",
+# "0x7f.1", "017.0.0.1" (octal). A name made only of such parts is an
+# address in disguise, never a DNS name.
+_LEGACY_IPV4_PART = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
+
+
 def address(name, value):
-    """An IP address or a DNS host name (RFC 1123 labels, at most 253 characters)."""
+    """An IP address or a DNS host name (RFC 1123 labels, at most 253
+    characters). Names that are IPv4 addresses in a legacy form (a number,
+    shorthand "127.1", hex or octal parts) or end in an all-numeric label
+    are refused: the resolver would read them as an address."""
     text(name, value)
     try:
         return str(ipaddress.ip_address(value))
@@ -137,7 +147,32 @@ def address(name, value):
     labels = value[:-1].split(".") if value.endswith(".") else value.split(".")
     if len(value) > 253 or not all(_HOSTNAME_LABEL.fullmatch(label) for label in labels):
         fail(name, "must be an IPv4 or IPv6 address or a DNS host name", value)
+    if all(_LEGACY_IPV4_PART.fullmatch(label) for label in labels) or labels[-1].isdigit():
+        fail(name, "must be an IPv4 address as four decimal numbers (a.b.c.d), an IPv6 address or a DNS "
+                   "host name; a name of numbers is read as an address in a legacy form", value)
     return value
+
+
+def address_scope(value):
+    """Where an address leads: 'unspecified' (0.0.0.0/8, ::, and their
+    IPv4-mapped forms such as ::ffff:0.0.0.0: a listen wildcard, which a
+    connection reaches as this host), 'loopback' (127.0.0.0/8, ::1,
+    ::ffff:127.0.0.0/104, 'localhost') or 'other' (any other address or
+    DNS name). `value` is an address as address() returns it."""
+    if value in ("localhost", "localhost."):
+        return "loopback"
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        return "other"
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_unspecified or (ip.version == 4 and ip in _THIS_NETWORK):
+        return "unspecified"
+    return "loopback" if ip.is_loopback else "other"
+
+
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 
 
 def absolute_path(name, value, allow_empty=False):
@@ -190,13 +225,9 @@ def served_model_name(name, value):
 
 
 def is_loopback(value):
-    """True for a loopback IP address (127.0.0.0/8, ::1) or 'localhost'."""
-    if value in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(value).is_loopback
-    except ValueError:
-        return False
+    """True for a loopback address (127.0.0.0/8, ::1, ::ffff:127.x.y.z) or
+    'localhost' (address_scope)."""
+    return address_scope(value) == "loopback"
 
 
 def secret(name, value, minimum=1, maximum=512):
@@ -208,6 +239,26 @@ def secret(name, value, minimum=1, maximum=512):
             or not re.fullmatch(r"[!-~](?:[ -~]*[!-~])?", value)):
         raise ValueError("%s: must be %d-%d printable ASCII characters, not starting or ending with a space "
                          "(value hidden)" % (name, minimum, maximum))
+    return value
+
+
+API_KEY_MINIMUM = 16
+API_KEY_MAXIMUM = 512
+# Visible ASCII; single spaces inside only (HAProxy's log-format, which
+# places a key in a header, merges a run of spaces into one).
+_API_KEY = re.compile(r"[!-~]+(?: [!-~]+)*")
+API_KEY_RULE = ("must be %d-%d printable ASCII characters, not starting or ending with a space, with no two "
+                "spaces in a row (value hidden)" % (API_KEY_MINIMUM, API_KEY_MAXIMUM))
+
+
+def api_key(name, value):
+    """An API key: the one rule for vllm_api_key, gateway_api_key and the
+    keys the gateway sends to instances (gateway_backend_api_keys), so a
+    key one role takes the other places exactly. The message never shows
+    the value."""
+    if (not isinstance(value, str) or not API_KEY_MINIMUM <= len(value) <= API_KEY_MAXIMUM
+            or not _API_KEY.fullmatch(value)):
+        raise ValueError("%s: %s" % (name, API_KEY_RULE))
     return value
 
 

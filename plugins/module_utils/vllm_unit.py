@@ -211,8 +211,11 @@ def check_variables(variables):
                                       "must be [A-Za-z0-9_.-], not starting with '.' or '-'", allow_empty=True)
     out["vllm_user"] = vc.account("vllm_user", v.get("vllm_user", "vllm"))
     out["vllm_group"] = vc.account("vllm_group", v.get("vllm_group", "vllm"))
-    for name in ("vllm_api_key", "vllm_hf_token"):
-        _secret(name, v.get(name, ""))
+    _secret("vllm_hf_token", v.get("vllm_hf_token", ""))
+    # One rule for every API key (value_checks.api_key): the gateway sends
+    # this key to the instances and must place it exactly.
+    if v.get("vllm_api_key") not in (None, ""):
+        vc.api_key("vllm_api_key", v["vllm_api_key"])
     out["vllm_allow_unauthenticated"] = vc.boolean("vllm_allow_unauthenticated",
                                                    v.get("vllm_allow_unauthenticated", False))
     # Anything that listens beyond loopback needs a key (vLLM checks it on /v1/*).

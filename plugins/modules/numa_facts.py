@@ -124,6 +124,10 @@ notes:
     C(/proc/self/status).
   - Every entry of C(numa_topology.warnings) is also shown as an Ansible warning.
   - Facts gathering never reports C(changed).
+  - What a host returns is data - of the module's result the action plugin keeps only the fields
+    documented under RETURN (C(ansible_facts.numa_topology), which must be a mapping, C(summary), C(capture))
+    and Ansible's own (C(changed), C(failed), C(msg), C(warnings), ...). Any other key or fact is dropped
+    with a warning naming it, so a host cannot set a variable of its own (docs/deploy.md, Controller-side paths).
 seealso:
   - name: Topology facts schema
     description: docs/facts.md in the collection.
@@ -288,6 +292,10 @@ ansible_facts:
                 the node sysfs puts the GPU on when that node has no CPUs); null on GPUs whose memory is no NUMA node.
               type: int
               sample: 1
+            pci_class:
+              description: The GPU's PCI class as sysfs writes it; null when no source read it (added).
+              type: str
+              sample: "0x030200"
             memory_mb:
               description: GPU memory in MiB; null when unknown.
               type: int
@@ -339,6 +347,28 @@ ansible_facts:
               type: list
               elements: str
               sample: [ens1f0, mlx5_0]
+            net_interfaces:
+              description: Network interface names below the device (C(net/)), sorted.
+              type: list
+              elements: str
+              sample: [ib0]
+              version_added: 0.1.0
+            rdma_devices:
+              description: >-
+                RDMA device names below the device (C(infiniband/)), sorted: what C(NCCL_IB_HCA) takes.
+                For a NIC known only from an C(nvidia-smi topo -m) column, the name of its legend.
+              type: list
+              elements: str
+              sample: [mlx4_0]
+              version_added: 0.1.0
+            pci_class:
+              description: >-
+                PCI class (C(0x020000) Ethernet, C(0x020700) InfiniBand, C(0x028000) network other as on a
+                ConnectX-3, C(0x0c0600) InfiniBand serial bus as on QLogic HCAs); null when unknown. Every PCI
+                device with a network or InfiniBand interface is a NIC, whatever its class.
+              type: str
+              sample: "0x020700"
+              version_added: 0.1.0
             numa_node:
               description: NUMA node; null when unknown.
               type: int

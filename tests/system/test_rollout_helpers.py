@@ -25,6 +25,7 @@ import re
 import sys
 import json
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -133,11 +134,13 @@ def render_gateway(tmp_path, servers, retries=True):
         "gateway_admin_socket": str(tmp_path / "admin.sock"), "gateway_listen_address": ADDRESS,
         "gateway_listen_port": free_port(ADDRESS), "gateway_monitor_uri": "", "gateway_balance": "roundrobin",
         "gateway_check_interval": "200ms", "gateway_check_fall": 2, "gateway_check_rise": 1,
-        "gateway_timeout_connect": "2s",
+        "gateway_timeout_connect": "2s", "gateway_config_path": str(tmp_path / "haproxy.cfg"),
         "gateway_backends": [{"name": name, "host": "h", "address": ADDRESS, "port": port, "model": MODEL,
                               "backend": BACKEND} for name, port in servers],
     })
     settings = gateway_settings.check_settings(variables)
+    # The configuration loads the role's reader of the body's model.
+    shutil.copy(REPO / "roles" / "gateway" / "files" / gateway_settings.BODY_READER, settings["body_reader"])
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
     environment.filters["comment"] = lambda text: "# " + text
     text = environment.from_string(TEMPLATE.read_text()).render(__gateway=settings, ansible_managed="test")

@@ -27,6 +27,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
+
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "gateway"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
@@ -47,9 +49,9 @@ BACKENDS = [
 # Secrets: none may appear in ansible-playbook's output; the gateway key
 # not even in the configuration (only its digest).
 GATEWAY_KEY = "gw-k3y#$HOME-0123456789"
-BACKEND_KEY = 'sk-qwen "k3y" $HOME \\ #x \'q\''
-# BACKEND_KEY as one double-quoted HAProxy word.
-BACKEND_KEY_WORD = '"Bearer sk-qwen \\"k3y\\" \\$HOME \\\\ #x \'q\'"'
+BACKEND_KEY = 'sk-qwen "k3y" $HOME \\ #x \'q\' %Qw7L%[env(HOME)]'
+# BACKEND_KEY as one double-quoted HAProxy word ('%' doubled: log-format).
+BACKEND_KEY_WORD = '"Bearer sk-qwen \\"k3y\\" \\$HOME \\\\ #x \'q\' %%Qw7L%%[env(HOME)]"'
 
 # What an unprivileged run into a staging directory needs.
 STAGING = {
@@ -195,7 +197,8 @@ def haproxy_check(path):
 
 
 def assert_matches_golden(path, golden_name):
-    rendered = path.read_text()
+    # The Lua reader lies beside the configuration, in the case's directory.
+    rendered = path.read_text().replace(str(path.parent) + "/", "CONFIG_DIR/")
     golden = GOLDEN / golden_name
     if os.environ.get("GPUFLEET_UPDATE_GOLDEN") == "1":
         golden.parent.mkdir(parents=True, exist_ok=True)
@@ -254,7 +257,7 @@ REJECTED = {
     "key_with_newline": ({"gateway_api_key": GATEWAY_KEY + "\n    bind :2222"}, ["gateway_api_key: must be 16-512"]),
     "backend_key_with_newline": (
         {"gateway_backend_api_keys": {QWEN: BACKEND_KEY + "\n    server evil 6.6.6.6:80"}},
-        ["gateway_backend_api_keys[%s]: must be 1-512 printable ASCII" % QWEN, "(value hidden)"]),
+        ["gateway_backend_api_keys[%s]: must be 16-512 printable ASCII" % QWEN, "(value hidden)"]),
     "backend_key_unknown_model": (
         {"gateway_backend_api_keys": {"other": BACKEND_KEY}},
         ["gateway_backend_api_keys: names a model no backend serves"]),
@@ -305,6 +308,9 @@ def examples(tmp_path_factory):
         return str(configs[name])
 
     certificate = tmp_path / "gateway.pem"
+    echoing = tmp_path / "echoing-haproxy"
+    echoing.write_text('#!/bin/sh\necho "[ALERT] config: parsing error"; cat "$3" >&2; exit 1\n')
+    echoing.chmod(0o755)
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
                     "-keyout", str(certificate), "-out", str(certificate)],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
@@ -336,6 +342,11 @@ def examples(tmp_path_factory):
         # message comes back, and the previous file stays.
         "haproxy_rejects": dict(STAGING, gateway_config_path=config("haproxy_rejects"), gateway_backends=BACKENDS,
                                 gateway_user="nosuchuser"),
+        # A validator that echoes the configuration (with the keys) and fails.
+        "validator_echoes": dict(STAGING, gateway_config_path=config("validator_echoes"), gateway_backends=BACKENDS,
+                                 gateway_backend_api_keys={QWEN: BACKEND_KEY}, gateway_haproxy=str(echoing)),
+        "backups_with_keys": dict(STAGING, gateway_config_path=config("backups_with_keys"), gateway_backends=BACKENDS,
+                                  gateway_backend_api_keys={QWEN: BACKEND_KEY}),
         "missing_binary": dict(STAGING, gateway_config_path=config("missing_binary"), gateway_backends=BACKENDS,
                                gateway_haproxy=str(tmp_path / "no-haproxy")),
     }
@@ -348,6 +359,9 @@ def examples(tmp_path_factory):
                                     **variables)}
     configs["foreign_config"].parent.mkdir(parents=True)
     configs["foreign_config"].write_text("# hand-written by an operator\nglobal\n    maxconn 10\n")
+    configs["backups_with_keys"].parent.mkdir(parents=True)
+    configs["backups_with_keys"].write_text("# previous, with an old key\n")
+    (configs["backups_with_keys"].parent / "haproxy.cfg.1.2020-01-01@00:00:00~").write_text("# old key\n")
     configs["haproxy_rejects"].parent.mkdir(parents=True)
     configs["haproxy_rejects"].write_text("# previous\n")
     outcomes, output = run_cases(tmp_path, cases)
@@ -388,8 +402,9 @@ def test_gateway_role_second_run_changes_nothing(examples, second_run):
     assert recap(output)["changed"] == 0, output
     config = examples["configs"]["staging"]
     assert config.read_text() == examples["staging_text"]
-    # Nothing changed, so no backup was made either.
-    assert sorted(p.name for p in config.parent.iterdir()) == ["haproxy.cfg"]
+    # Nothing changed, so no backup was made either (the Lua reader of the
+    # body's model lies beside the configuration).
+    assert sorted(p.name for p in config.parent.iterdir()) == ["gpufleet-request-model.lua", "haproxy.cfg"]
 
 
 def test_gateway_role_defaults_render_golden_config(examples):
@@ -408,10 +423,14 @@ def test_gateway_role_defaults_render_golden_config(examples):
 
 def test_gateway_role_replays_requests_an_instance_dropped(examples):
     """L7 retries in the defaults section, with the body buffered so that
-    HAProxy can replay it; `haproxy -c` accepts them (the test above)."""
+    HAProxy can replay it; `haproxy -c` accepts them (the test above). The
+    body is waited for only after the key check (wait-for-body after the
+    401 rule), not for every connection (option http-buffer-request)."""
     text = examples["configs"]["defaults"].read_text()
     defaults = text.split("\ndefaults\n", 1)[1].split("\nfrontend ", 1)[0]
-    assert "    option http-buffer-request\n" in defaults
+    assert "http-buffer-request" not in text
+    frontend = text.split("\nfrontend vllm_api\n", 1)[1]
+    assert frontend.index("return status 401") < frontend.index("    http-request wait-for-body time 10s\n")
     assert "    retry-on conn-failure empty-response response-timeout\n" in defaults
     assert "    option redispatch\n" in defaults
 
@@ -440,7 +459,7 @@ def test_gateway_role_one_model_takes_requests_that_name_none(examples):
     assert_accepted(examples["outcomes"]["one_model"])
     config = examples["configs"]["one_model"]
     text = config.read_text()
-    assert "    default_backend %s\n" % LLAMA_BACKEND in text and "return status 400" not in text
+    assert "    default_backend %s\n" % LLAMA_BACKEND in text and "No model in the request" not in text
     assert haproxy_check(config).returncode == 0
 
 
@@ -504,7 +523,7 @@ def test_gateway_role_backs_up_foreign_config(examples):
     outcome = examples["outcomes"]["foreign_config"]
     assert_accepted(outcome)
     config = examples["configs"]["foreign_config"]
-    backups = [p for p in config.parent.iterdir() if p.name != "haproxy.cfg"]
+    backups = [p for p in config.parent.iterdir() if p.name not in ("haproxy.cfg", "gpufleet-request-model.lua")]
     assert len(backups) == 1, backups
     assert backups[0].name.startswith("haproxy.cfg.") and backups[0].name.endswith("~")
     assert backups[0].read_text() == "# hand-written by an operator\nglobal\n    maxconn 10\n"
@@ -588,7 +607,9 @@ PLACES = {
     "gateway_timeout_client": [timeout("client")],
     "gateway_timeout_server": [timeout("server")],
     "gateway_timeout_tunnel": [timeout("tunnel")],
-    "gateway_timeout_http_request": [timeout("http-request")],
+    "gateway_timeout_http_request": [timeout("http-request"),
+                                     ("frontend vllm_api", ("http-request", "wait-for-body"), 3,
+                                      lambda v: v["gateway_timeout_http_request"])],
     "gateway_timeout_http_keep_alive": [timeout("http-keep-alive")],
     "gateway_timeout_queue": [timeout("queue")],
     "gateway_retries": [("defaults", ("retries",), 1, lambda v: str(v["gateway_retries"]))],
@@ -631,14 +652,15 @@ log_targets = st.one_of(
     st.builds(lambda a, p: "%s:%d" % (a, p), st.ip_addresses(v=4).map(str), st.integers(1, 65535)),
     st.builds(lambda a, p: "[%s]:%d" % (a, p), st.ip_addresses(v=6).map(str), st.integers(1, 65535)),
 )
-backend_addresses = st.one_of(ips.filter(lambda a: not ipaddress.ip_address(a).is_unspecified
+backend_addresses = st.one_of(ips.filter(lambda a: value_checks.address_scope(a) != "unspecified"
                                          and socket(a, 8000) != "10.20.0.11:8001"),
                               st.just("localhost"))
 
 VALID = {
     "gateway_listen_address": ips,
     "gateway_listen_port": st.integers(1, 30000),
-    "gateway_stats_address": ips,
+    # The statistics page has no login: loopback only.
+    "gateway_stats_address": st.one_of(st.ip_addresses(network="127.0.0.0/8").map(str), st.just("::1")),
     "gateway_stats_port": st.integers(30001, 65535),
     "gateway_balance": st.sampled_from(["leastconn", "roundrobin", "static-rr", "first", "source", "random"]),
     "gateway_check_path": http_paths,
@@ -717,6 +739,8 @@ def directives(text):
     section, found = None, []
     for line in text.splitlines():
         tokens = tuple(line.split("#", 1)[0].split())
+        if tokens[:1] == ("lua-load-per-thread",):
+            tokens = (tokens[0], "CONFIG_DIR/" + tokens[1].rsplit("/", 1)[1])  # beside each case's configuration
         if not tokens:
             continue
         if not line[0].isspace():
@@ -803,3 +827,25 @@ def test_gateway_role_generated_values_render_exactly_or_fail(tmp_path):
             summary["accepted"] += 1
     # Both kinds were generated, so both halves of the property ran.
     assert summary["accepted"] >= 5 and summary["rejected"] >= 5, summary
+
+
+def test_gateway_role_failed_check_never_echoes_a_key(examples):
+    """The validator's whole answer quotes the configuration, keys and all:
+    the role reports it with every line that holds a fragment of a key
+    withheld, and the failed task's own result is not shown."""
+    outcome = examples["outcomes"]["validator_echoes"]
+    assert_rejected(outcome, "haproxy.cfg was not written", "[ALERT] config: parsing error",
+                    "(a line that mentions an API key, withheld)")
+    assert "    balance leastconn" in outcome["msg"]  # lines without a key stay
+    for fragment in {BACKEND_KEY[i:i + 4] for i in range(len(BACKEND_KEY) - 3)}:
+        assert fragment not in outcome["msg"], fragment
+    assert "Qw7L" not in examples["output"] and "sk-qwen" not in examples["output"]
+    assert not examples["configs"]["validator_echoes"].exists()
+
+
+def test_gateway_role_keeps_no_backup_of_a_config_with_keys(examples):
+    assert_accepted(examples["outcomes"]["backups_with_keys"])
+    config = examples["configs"]["backups_with_keys"]
+    assert sorted(p.name for p in config.parent.iterdir()) == ["gpufleet-request-model.lua", "haproxy.cfg"]
+    assert examples["outcomes"]["backups_with_keys"]["backup_file"] is None
+    assert "no backup is kept (this file holds API keys)" in config.read_text()

@@ -478,7 +478,7 @@ def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
     before = rendered_files(used)
     hosts = {"fresh": dict(staging_vars(fresh), vllm_instances=instances),
              "used": dict(staging_vars(used), vllm_instances=instances[:1], vllm_model="other/model",
-                          vllm_api_key="sk-checkSECRET")}
+                          vllm_api_key="sk-checkSECRET-0123")}
     rc, output, recap = run_hosts(tmp_path, hosts, check=True, diff=True)
     assert rc == 0, output
     assert recap["fresh"]["changed"] > 0 and recap["used"]["changed"] > 0, output

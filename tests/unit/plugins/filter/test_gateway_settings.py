@@ -373,7 +373,7 @@ def test_gateway_settings_config_holds_only_the_keys_digest():
                                  "a" * 16 + "\n    bind :2222", "a" * 513, ["a" * 16], 1234567890123456789])
 def test_gateway_settings_rejects_bad_key_without_showing_it(key):
     message = rejected(r"^gateway_api_key: must be 16-512 printable ASCII characters, not starting or ending "
-                       r"with a space \(value hidden\)$", gateway_api_key=key)
+                       r"with a space, with no two spaces in a row \(value hidden\)$", gateway_api_key=key)
     assert "aaaa" not in message and "short" not in message and "123456" not in message
 
 
@@ -385,19 +385,20 @@ def test_gateway_settings_any_printable_key_is_hashed_whole():
 
 def test_gateway_settings_backend_api_keys_per_model():
     servers = [dict(BACKENDS[0]), dict(BACKENDS[1], model=QWEN)]
-    settings = check(gateway_backends=servers, gateway_backend_api_keys={QWEN: "sk-qwen#$1", LLAMA: ""})
-    assert [(m["model"], m["api_key"]) for m in settings["models"]] == [(LLAMA, ""), (QWEN, "sk-qwen#$1")]
-    # One double-quoted HAProxy word, whatever the key holds.
-    hostile = 'k3y "with" $pecial \\ chars'
+    settings = check(gateway_backends=servers, gateway_backend_api_keys={QWEN: "sk-qwen#$1-0123456789", LLAMA: ""})
+    assert [(m["model"], m["api_key"]) for m in settings["models"]] == [(LLAMA, ""), (QWEN, "sk-qwen#$1-0123456789")]
+    # One double-quoted HAProxy word, whatever the key holds; '%' doubled
+    # (HAProxy reads a set-header value as log-format).
+    hostile = 'k3y "with" $pecial \\ chars %[env(HOME)]'
     models = check(gateway_backends=servers, gateway_backend_api_keys={QWEN: hostile})["models"]
-    assert models[1]["api_key_header"] == '"Bearer k3y \\"with\\" \\$pecial \\\\ chars"'
+    assert models[1]["api_key_header"] == '"Bearer k3y \\"with\\" \\$pecial \\\\ chars %%[env(HOME)]"'
     assert settings["holds_secrets"] is True
     assert check()["holds_secrets"] is False
     message = rejected(r"^gateway_backend_api_keys: names a model no backend serves \(models: "
                        r"meta-llama/Llama-3.1-70B-Instruct\) \(got 'other'\)",
-                       gateway_backend_api_keys={"other": "sk-1"})
+                       gateway_backend_api_keys={"other": "sk-1-0123456789abcdef"})
     assert "sk-1" not in message
-    for bad in (" sk1", "sk1 ", "sk\n1", "sk\u00e91", "sk\x001"):
+    for bad in (" sk1", "sk1 ", "sk\n1", "sk\u00e91", "sk\x001", "sk-0123456789abcdef  two-spaces", "sk-short"):
         message = rejected(r"^gateway_backend_api_keys\[meta-llama/Llama-3.1-70B-Instruct\]: must be .*"
                            r"\(value hidden\)$", gateway_backend_api_keys={LLAMA: bad})
         assert "sk" not in message.split("]:", 1)[1]

@@ -94,16 +94,17 @@ def test_gateway_backends_rejects_hostile_served_name_naming_host():
 
 def test_gateway_api_keys_one_key_per_model():
     plan = {"instances": [INSTANCE, dict(INSTANCE, host="gpu-b", **QWEN), dict(INSTANCE, host="gpu-c")]}
-    assert gateway_api_keys(plan, {"gpu-a": "sk-a", "gpu-c": "sk-a", "gpu-b": ""}) == {"llama-3.1-70b": "sk-a"}
+    key = "sk-a-0123456789abcdef"
+    assert gateway_api_keys(plan, {"gpu-a": key, "gpu-c": key, "gpu-b": ""}) == {"llama-3.1-70b": key}
     assert gateway_api_keys(plan, {}) == {}
     with pytest.raises(AnsibleFilterError) as info:
-        gateway_api_keys(plan, {"gpu-a": "sk-a", "gpu-c": "sk-c"})
+        gateway_api_keys(plan, {"gpu-a": "sk-a-0123456789abcdef", "gpu-c": "sk-c-0123456789abcdef"})
     message = str(info.value)
     assert "vllm_api_key: hosts gpu-a and gpu-c serve model llama-3.1-70b with different keys" in message
-    assert "sk-a" not in message and "sk-c" not in message
+    assert "sk-a-0123456789abcdef" not in message and "sk-c-0123456789abcdef" not in message
     with pytest.raises(AnsibleFilterError) as info:
-        gateway_api_keys(plan, {"gpu-a": "sk-a\nx", "gpu-c": "sk-a\nx"})
-    assert "host gpu-a vllm_api_key: must be" in str(info.value) and "sk-a" not in str(info.value)
+        gateway_api_keys(plan, {"gpu-a": "sk-a-0123456789abcdef\nx", "gpu-c": "sk-a-0123456789abcdef\nx"})
+    assert "host gpu-a vllm_api_key: must be" in str(info.value) and "sk-a-0123456789abcdef" not in str(info.value)
 
 
 def test_gateway_backends_takes_addresses_by_keyword_and_dns_names():

@@ -23,7 +23,7 @@ MACHINE_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(MACHINE
 FACT_KEYS = {"schema_version", "hostname", "sources", "sockets", "numa_nodes", "smt_siblings",
              "gpus", "nics", "links", "warnings"}
 GPU_KEYS = {"id", "index", "pci_bus_id", "uuid", "name", "vendor", "numa_node", "local_cpus",
-            "memory_mb", "mig_mode", "pcie", "memory_numa_node"}
+            "memory_mb", "mig_mode", "pcie", "memory_numa_node", "pci_class"}
 NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket", "kind", "usable_cpus"}
 NVIDIA = "0x10de"
 
@@ -385,7 +385,8 @@ def test_facts_topo_matrix_only_gpu_numa_id_is_a_memory_node():
     assert facts["nics"] == [{"id": "NIC0", "pci_bus_id": None, "vendor": "mellanox", "interfaces": ["mlx5_0"],
                               "numa_node": 0, "local_cpus": None, "pcie": dict.fromkeys(
                                   ("current_speed", "max_speed", "current_width", "max_width")),
-                              "gpu_links": {"GPU0": "NODE"}}]
+                              "gpu_links": {"GPU0": "NODE"},
+                              "net_interfaces": [], "rdma_devices": ["mlx5_0"], "pci_class": None}]
 
 
 def test_facts_nic_column_numa_node_null_when_its_gpus_disagree():

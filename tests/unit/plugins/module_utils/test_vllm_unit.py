@@ -224,7 +224,7 @@ def test_readiness_and_gpu_preparation_are_part_of_the_unit():
     ("::", "http://[::1]:8000/health"), ("fd00::5", "http://[fd00::5]:8000/health"),
     ("10.0.0.7", "http://10.0.0.7:8000/health")])
 def test_health_is_asked_where_the_instance_listens(listen, url):
-    unit = vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_listen_host=listen, vllm_api_key="sk-test"))["units"][0]
+    unit = vllm_unit.host_units([INSTANCE], dict(VARIABLES, vllm_listen_host=listen, vllm_api_key="sk-test-0123456789"))["units"][0]
     assert unit["health_url"] == url
     assert unit["exec_start_post"][0][1][1] == url
 
@@ -287,7 +287,9 @@ BAD_VARIABLES = [
     ({"vllm_python": "-c"}, "vllm_python: must be a program name or path"),
     ({"vllm_packages": ["numactl", "-y"]}, "vllm_packages[1]: must be a package name"),
     ({"vllm_api_key": "sk-secret\nX=1"},
-     "vllm_api_key: must be a string on one line without control characters (value hidden)"),
+     "vllm_api_key: must be 16-512 printable ASCII characters, not starting or ending with a space, with no two "
+     "spaces in a row (value hidden)"),
+    ({"vllm_api_key": "sk-short"}, "vllm_api_key: must be 16-512 printable ASCII characters"),
     ({"vllm_hardening": {"ExecStartPre": "/bin/sh"}}, "vllm_hardening key: must be a sandboxing directive"),
     ({"vllm_hardening": {"User": "root"}}, "vllm_hardening key: must be a sandboxing directive"),
     ({"vllm_hardening": {"PrivateTmp": "yes\nUser=root"}}, "vllm_hardening.PrivateTmp: must not contain control"),
@@ -357,7 +359,7 @@ def test_bad_instance_is_refused_naming_the_field(instances, message):
 @pytest.mark.parametrize("changes", [
     {"vllm_listen_host": "127.0.0.1"}, {"vllm_listen_host": "127.0.0.2"}, {"vllm_listen_host": "::1"},
     {"vllm_listen_host": "localhost"},
-    {"vllm_listen_host": "10.0.0.5", "vllm_api_key": "sk-secret"},
+    {"vllm_listen_host": "10.0.0.5", "vllm_api_key": "sk-secret-0123456789"},
     {"vllm_listen_host": "0.0.0.0", "vllm_allow_unauthenticated": True},
 ])
 def test_loopback_key_or_opt_out_lets_an_instance_listen(changes):

@@ -1,0 +1,252 @@
+-- Managed by gpufleet.numa (role gateway): the request body's "model",
+-- read as vLLM reads it, or the reason the body is refused.
+--
+-- vLLM parses a request with Python's json module: duplicate keys keep the
+-- LAST value, escapes in keys are decoded ("mod\u0065l" is "model"), and a
+-- body that is not one whole JSON value is an error. HAProxy's json_query
+-- keeps the FIRST "model", compares keys undecoded and reads a prefix, so
+-- the gateway could send a request (with one model's instance key) to a
+-- backend that vLLM then reads as another model. This reader parses the
+-- whole buffered body strictly and decodes only what routing needs: the
+-- top-level keys and the "model" value. It refuses a second top-level
+-- "model", a "model" key written with escapes, a model that is no string
+-- or holds a control character, and anything Python's json would refuse.
+--
+-- Action gpufleet_request_model sets, in the transaction:
+--   txn.body_model       the top-level "model" string, decoded
+--   txn.body_error       why the body is refused (answered with 400)
+--   txn.body_incomplete  the JSON value does not end within the buffer
+--                        (larger than tune.bufsize, or cut short): the
+--                        model can only come from the X-Model header
+--   txn.body_checked     set once the body was looked at (a Lua error
+--                        leaves it unset, and the gateway refuses)
+-- Forms (multipart/form-data, application/x-www-form-urlencoded) are not
+-- JSON to vLLM either: their model comes from the X-Model header.
+
+local MAX_DEPTH = 256
+local MAX_NUMBER = 1000   -- characters; Python refuses ints of > 4300 digits
+
+local INCOMPLETE = {}     -- sentinel error: the text ran out
+
+local function invalid(message, position)
+  error({message = message, position = position}, 0)
+end
+
+-- Index of the first byte after JSON whitespace from i, or error INCOMPLETE.
+local function skip_space(body, i)
+  local j = body:find("[^ \t\r\n]", i)
+  if j == nil then error(INCOMPLETE, 0) end
+  return j
+end
+
+-- The code point of \uXXXX at i (the backslash), or an error.
+local function hex4(body, i)
+  local digits = body:sub(i + 2, i + 5)
+  if #digits < 4 then
+    if digits:find("^%x*$") then error(INCOMPLETE, 0) end
+    invalid("an invalid \\u escape in a string", i)
+  end
+  if not digits:find("^%x%x%x%x$") then invalid("an invalid \\u escape in a string", i) end
+  return tonumber(digits, 16)
+end
+
+local SIMPLE_ESCAPES = {["\""] = "\"", ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f",
+                        n = "\n", r = "\r", t = "\t"}
+
+-- Reads the string whose opening quote is at i. Returns the index after the
+-- closing quote and, when decode is true, its decoded text (UTF-8, as
+-- Python pairs surrogates; a lone surrogate is kept as Python keeps it).
+local function read_string(body, i, decode)
+  local parts = decode and {} or nil
+  local start = i + 1
+  while true do
+    local j = body:find("[\0-\31\"\\]", start)
+    if j == nil then error(INCOMPLETE, 0) end
+    if parts then parts[#parts + 1] = body:sub(start, j - 1) end
+    local c = body:byte(j)
+    if c == 34 then return j + 1, parts and table.concat(parts) end
+    if c ~= 92 then invalid("a control character inside a string (escape it)", j) end
+    local e = body:sub(j + 1, j + 1)
+    if e == "" then error(INCOMPLETE, 0) end
+    if e == "u" then
+      local code = hex4(body, j)
+      start = j + 6
+      if code >= 0xD800 and code <= 0xDBFF and body:sub(start, start + 1) == "\\u" then
+        local low = hex4(body, start)
+        if low >= 0xDC00 and low <= 0xDFFF then
+          code = 0x10000 + (code - 0xD800) * 0x400 + (low - 0xDC00)
+          start = start + 6
+        end
+      end
+      if parts then parts[#parts + 1] = utf8.char(code) end
+    elseif SIMPLE_ESCAPES[e] then
+      if parts then parts[#parts + 1] = SIMPLE_ESCAPES[e] end
+      start = j + 2
+    else
+      invalid("an invalid escape \\" .. e .. " in a string", j)
+    end
+  end
+end
+
+-- Reads the number at i (RFC 8259, as Python's json takes it); returns the
+-- index after it.
+local function read_number(body, i)
+  local j = i
+  if body:byte(j) == 45 then j = j + 1 end                   -- '-'
+  local first = body:byte(j)
+  if first == nil then error(INCOMPLETE, 0) end
+  if first == 48 then j = j + 1                              -- '0'
+  elseif first >= 49 and first <= 57 then j = body:find("[^0-9]", j) or #body + 1
+  else invalid("an invalid number", i) end
+  if body:byte(j) == 46 then                                 -- '.'
+    local k = body:find("[^0-9]", j + 1) or #body + 1
+    if k == j + 1 then
+      if k > #body then error(INCOMPLETE, 0) end
+      invalid("an invalid number", i)
+    end
+    j = k
+  end
+  local e = body:byte(j)
+  if e == 101 or e == 69 then                                -- 'e', 'E'
+    j = j + 1
+    local sign = body:byte(j)
+    if sign == 43 or sign == 45 then j = j + 1 end
+    local k = body:find("[^0-9]", j) or #body + 1
+    if k == j then
+      if k > #body then error(INCOMPLETE, 0) end
+      invalid("an invalid number", i)
+    end
+    j = k
+  end
+  if j > #body then error(INCOMPLETE, 0) end                 -- more digits may follow
+  if j - i > MAX_NUMBER then invalid("a number longer than " .. MAX_NUMBER .. " characters", i) end
+  return j
+end
+
+local LITERALS = {[116] = "true", [102] = "false", [110] = "null"}
+
+-- Reads one scalar or opens a container at i. Returns the next index and,
+-- for an opened container, its closing byte.
+local function read_value(body, i)
+  local c = body:byte(i)
+  if c == 34 then return (read_string(body, i, false)) end
+  if c == 123 then return i + 1, 125 end                     -- '{' ... '}'
+  if c == 91 then return i + 1, 93 end                       -- '[' ... ']'
+  if c == 45 or (c >= 48 and c <= 57) then return read_number(body, i) end
+  local word = LITERALS[c]
+  if word then
+    local got = body:sub(i, i + #word - 1)
+    if got == word then return i + #word end
+    if #got < #word and word:sub(1, #got) == got then error(INCOMPLETE, 0) end
+  end
+  invalid("an unexpected character", i)
+end
+
+-- The top-level "model" of BODY (nil when it has none). Errors: INCOMPLETE,
+-- or {message, position}.
+local function body_model(body)
+  local i = skip_space(body, 1)
+  if body:byte(i) ~= 123 then invalid("the body must be a JSON object", i) end
+  local closers = {125}                                      -- one per open container
+  local in_object = {true}
+  local model, models = nil, 0
+  i = i + 1
+  local expect = "first"                                     -- first key or '}' / first value or ']'
+  while true do
+    i = skip_space(body, i)
+    local c = body:byte(i)
+    local depth = #closers
+    if expect == "after" then
+      if c == 44 then                                        -- ','
+        i = i + 1
+        expect = in_object[depth] and "key" or "value"
+      elseif c == closers[depth] then
+        closers[depth], in_object[depth] = nil, nil
+        i = i + 1
+        if depth == 1 then break end
+      else
+        invalid("expected ',' or the end of the object or array", i)
+      end
+    elseif in_object[depth] and (expect == "key" or expect == "first") then
+      if expect == "first" and c == 125 then
+        closers[depth], in_object[depth] = nil, nil
+        i = i + 1
+        if depth == 1 then break end
+        expect = "after"
+      else
+        if c ~= 34 then invalid("expected a string key", i) end
+        local key, key_start = nil, i
+        i, key = read_string(body, i, depth == 1)
+        if key == "model" and i - key_start ~= 7 then
+          invalid("the field model is written with escapes", key_start)
+        end
+        i = skip_space(body, i)
+        if body:byte(i) ~= 58 then invalid("expected ':' after a key", i) end
+        i = skip_space(body, i + 1)
+        if depth == 1 and key == "model" then
+          models = models + 1
+          if models > 1 then invalid("the field model appears more than once", i) end
+          if body:byte(i) ~= 34 then invalid("the field model must be a string", i) end
+          i, model = read_string(body, i, true)
+          if model:find("[\0-\31\127]") then invalid("the field model holds a control character", i) end
+          expect = "after"
+        else
+          expect = "value"
+        end
+      end
+    else                                                     -- a value, or ']' first in an array
+      if expect == "first" and c == 93 then
+        closers[depth], in_object[depth] = nil, nil
+        i = i + 1
+        expect = "after"
+      else
+        local closer
+        i, closer = read_value(body, i)
+        if closer then
+          if depth >= MAX_DEPTH then invalid("nested deeper than " .. MAX_DEPTH .. " levels", i) end
+          closers[depth + 1] = closer
+          in_object[depth + 1] = (closer == 125)
+          expect = "first"
+        else
+          expect = "after"
+        end
+      end
+    end
+  end
+  -- Python reads the whole body: after the object, only whitespace.
+  local rest = body:find("[^ \t\r\n]", i)
+  if rest ~= nil then invalid("text after the JSON object", rest) end
+  -- Python decodes the body as UTF-8 (surrogates allowed, as Lua 5.3's
+  -- utf8.len allows them): anything else is refused by vLLM too.
+  local valid, bad = utf8.len(body)
+  if not valid then invalid("bytes that are not UTF-8", bad) end
+  return model
+end
+
+local FORMS = {["multipart/form-data"] = true, ["application/x-www-form-urlencoded"] = true}
+
+local function is_form(txn)
+  local values = txn.http:req_get_headers()["content-type"]
+  local value = values and values[0]
+  if value == nil then return false end
+  local media = value:match("^[^;]*"):lower():gsub("^%s+", ""):gsub("%s+$", "")
+  return FORMS[media] == true
+end
+
+core.register_action("gpufleet_request_model", {"http-req"}, function(txn)
+  local body = txn.sf:req_body() or ""
+  if #body > 0 and not is_form(txn) then
+    local ok, result = pcall(body_model, body)
+    if ok then
+      if result ~= nil then txn:set_var("txn.body_model", result) end
+    elseif result == INCOMPLETE then
+      txn:set_var("txn.body_incomplete", "1")
+    elseif type(result) == "table" then
+      txn:set_var("txn.body_error", "The request body is not valid JSON for this gateway: "
+                  .. result.message .. " at byte " .. result.position)
+    else
+      error(result, 0)
+    end
+  end
+  txn:set_var("txn.body_checked", "1")
+end, 0)
