@@ -665,7 +665,7 @@ def check_multinode(instances, v, host):
                 "vllm_node_addresses.%s: %s, not an address the other hosts of %s can reach as --master-addr: set "
                 "gpufleet_node_address (or vllm_listen_host) of %s to its address on the network between them"
                 % (multinode["head"], problem, label, multinode["head"])
-                + ("" if "wildcard" in problem or "shorthand" in problem else
+                + ("" if "wildcard" in problem else
                    ", or vllm_allow_loopback_master: true when all its hosts run on this one machine"))
         v["vllm_node_addresses"][multinode["head"]] = address
         rolling = v["vllm_rollout_hosts"]
@@ -680,9 +680,8 @@ def check_multinode(instances, v, host):
 
 def _master_address_problem(address, allow_loopback):
     """Why `address` cannot be a multi-node head's --master-addr, or ''.
-    Unspecified addresses (0.0.0.0, ::, ::ffff:0.0.0.0) and numeric
-    shorthands ("0", "127.1", which resolvers read as IPv4 addresses) never
-    can; loopback (127.0.0.0/8, ::1, localhost) only where every host of the
+    Unspecified addresses (0.0.0.0, ::, ::ffff:0.0.0.0) never can (numeric
+    shorthands such as "0" or "127.1" value_checks.address refuses); loopback (127.0.0.0/8, ::1, localhost) only where every host of the
     instance is this machine, which the caller says (vllm_allow_loopback_master)."""
     try:
         ip = ipaddress.ip_address(address)
@@ -692,8 +691,6 @@ def _master_address_problem(address, allow_loopback):
         ip = ip.ipv4_mapped
     if ip is not None and ip.is_unspecified:
         return "%s is a wildcard (unspecified) address" % address
-    if ip is None and re.fullmatch(r"(?:0[xX][0-9A-Fa-f]*|[0-9]+)(?:\.(?:0[xX][0-9A-Fa-f]*|[0-9]+)){0,3}", address):
-        return "%s is a numeric shorthand of an IPv4 address (write the address in full)" % address
     loopback = (ip is not None and ip.is_loopback) or address.rstrip(".").lower() == "localhost" \
         or address.rstrip(".").lower().endswith(".localhost")
     if loopback and not allow_loopback:

@@ -109,10 +109,6 @@ def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
     ("localhost", False, r"localhost is a loopback address"),
     ("LocalHost.", False, r"LocalHost\. is a loopback address"),
     ("gpu.localhost", False, r"gpu\.localhost is a loopback address"),
-    ("0", False, r"0 is a numeric shorthand"),
-    ("0", True, r"0 is a numeric shorthand"),
-    ("127.1", True, r"127\.1 is a numeric shorthand"),
-    ("0x7f000001", True, r"0x7f000001 is a numeric shorthand"),
     ("0.0.0.0", True, r"0\.0\.0\.0 is a wildcard"),
     ("::", True, r":: is a wildcard"),
     ("::ffff:0.0.0.0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
@@ -123,7 +119,14 @@ def test_a_head_address_the_ranks_cannot_reach_is_refused(address, allow, messag
         with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: " + message) as info:
             units(rank, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=allow)
         assert "set gpufleet_node_address (or vllm_listen_host) of gpu-a" in str(info.value)
+        assert ("vllm_allow_loopback_master" in str(info.value)) == ("loopback" in message)
         assert "instance vllm-0 (head gpu-a, hosts gpu-a, gpu-b)" in str(info.value)
+
+
+@pytest.mark.parametrize("address", ["0", "127.1", "0x7f000001"])
+def test_a_numeric_shorthand_head_address_is_refused_by_the_address_check(address):
+    with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: must be an IPv4 address .* legacy form"):
+        units(1, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=True)
 
 
 @pytest.mark.parametrize("address", ["127.0.0.29", "::1", "localhost"])
