@@ -16,7 +16,7 @@ short_description: Read the deployed plan kept between runs, refusing a file tha
 description:
   - Returns the text of the plan file (C(gpufleet_plan_file), docs/plan.md) on the controller,
     for P(gpufleet.numa.merge_plan#filter) and P(gpufleet.numa.load_plan#filter).
-  - Returns an empty string only when nothing exists at the path (C(lstat) says ENOENT): the first run.
+  - Returns an empty string only when nothing exists at the path (C(lstat) says ENOENT), as before the first run.
   - Fails naming the file and the reason for everything else that cannot be read - a dangling
     symbolic link, no permission, a directory, FIFO or device, an I/O error, an empty file,
     a file over 64 MiB, text that is not UTF-8. Unlike C(lookup('file', ..., errors='ignore')),
