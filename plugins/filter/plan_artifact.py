@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Filters for planning a fleet run by run: fleet_plan_by_host (each host with
 its own settings) and the deployed plan kept between runs: merge_plan,
-load_plan, plan_artifact_json.
+load_plan, plan_artifact_json; and rollout_batch, the batch size of a rollout.
 
 Thin shells around module_utils/plan_artifact.py; see docs/plan.md.
 """
@@ -13,7 +13,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact, plan_check
+from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
 
 
 def _facts(host, variables):
@@ -36,9 +37,10 @@ def fleet_plan_by_host(host_vars, hosts=None):
         if missing:
             raise ValueError("hosts not in the input: %s" % ", ".join(missing))
         settings = fleet_settings.host_settings(host_vars, hosts)
-        plans = []
+        plans, hardware = [], {}
         for options, group in fleet_settings.plan_groups(settings):
             facts = dict((h, _facts(h, host_vars[h])) for h in group)
+            hardware.update((h, plan_check.hardware_record(facts[h])) for h in group)
             try:
                 plans.append(placement.plan_fleet(facts, hosts=group, **options))
             except ValueError as exc:
@@ -50,7 +52,9 @@ def fleet_plan_by_host(host_vars, hosts=None):
         models = fleet_settings.host_models(host_vars, hosts)
         for instance in plan["instances"]:
             instance.update(models.get(instance["host"], {}))
-        return dict(plan, settings=settings)
+        # What each host has, kept with its entry: a later run checks the
+        # host's kept instances against it (plan_check).
+        return dict(plan, settings=settings, hardware=hardware)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan_by_host: %s" % exc)
 
@@ -83,7 +87,14 @@ def plan_artifact_json(plan):
         raise AnsibleFilterError("gpufleet.numa.plan_artifact_json: %s" % exc)
 
 
+def rollout_batch(value, name="gpufleet_rollout_hosts_at_once"):
+    try:
+        return value_checks.batch_size(str(name), _plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.rollout_batch: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
         return {"fleet_plan_by_host": fleet_plan_by_host, "merge_plan": merge_plan, "load_plan": load_plan,
-                "plan_artifact_json": plan_artifact_json}
+                "plan_artifact_json": plan_artifact_json, "rollout_batch": rollout_batch}

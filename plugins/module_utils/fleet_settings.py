@@ -56,6 +56,15 @@ def _check(kind, name, value, host):
     return [value_checks.text("%s[%d]" % (name, i), item) for i, item in enumerate(value)]
 
 
+def check_option(option, value, host, name):
+    """One fleet_plan option as a kept plan records it for `host`
+    (hosts.HOST.options); raises ValueError("NAME: RULE (got VALUE)")."""
+    kinds = dict((o, kind) for o, dummy, kind in SETTINGS)
+    if option not in kinds:
+        value_checks.fail(name, "must be a placement option (%s)" % ", ".join(sorted(kinds)), option)
+    return _check(kinds[option], name, value, host)
+
+
 def host_settings(host_vars, hosts):
     """host -> fleet_plan options from each host's gpufleet_* variables.
 

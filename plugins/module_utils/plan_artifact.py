@@ -12,12 +12,87 @@ playbook reads and writes the artifact as JSON on the controller.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 
+from ansible_collections.gpufleet.numa.plugins.module_utils import plan_check
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan_totals import plan_totals
 
 ARTIFACT_VERSION = 1
 PLAN_KEYS = ("instances", "unused", "warnings", "totals")
+# A kept plan of 10,000 hosts of 8 instances each is about 30 MB.
+PLAN_MAX_BYTES = 64 * 1024 * 1024
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode):
+    return next((word for test, word in _KINDS if test(mode)), "not a regular file")
+
+
+def _why(exc):
+    code = errno.errorcode.get(exc.errno, "error %s" % exc.errno)
+    return "%s (%s)" % (exc.strerror or "cannot be read", code)
+
+
+def read_plan_file(path, max_bytes=PLAN_MAX_BYTES):
+    """The kept plan's text, or None when nothing at all exists at `path`
+    (the first run). Anything else that cannot be read raises ValueError
+    naming the file and the reason: a dangling symbolic link, no permission,
+    a directory or FIFO, an I/O error, an empty or oversized file, text that
+    is not UTF-8. Treating those as "no plan" would drop every host the run
+    does not reach from the plan and the gateway."""
+    what = "plan file %s" % path
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError("%s cannot be read: %s" % (what, _why(exc)))
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError("%s cannot be read: it is %s, not a regular file" % (what, _kind(mode)))
+        # O_NONBLOCK: a FIFO put there after the check must not hang the run.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ValueError("%s cannot be read: it is a symbolic link to %s, which does not exist"
+                         % (what, _link_target(path)))
+    except OSError as exc:
+        raise ValueError("%s cannot be read: %s" % (what, _why(exc)))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("%s cannot be read: it is %s, not a regular file" % (what, _kind(info.st_mode)))
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ValueError("%s cannot be read: %s" % (what, _why(exc)))
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise ValueError("%s cannot be read: it is larger than %d bytes" % (what, max_bytes))
+    if size == 0:
+        raise ValueError("%s is empty (a kept plan never is): restore it, or delete it to plan the whole "
+                         "fleet from scratch" % what)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError("%s is not UTF-8 text (byte %d)" % (what, exc.start))
+
+
+def _link_target(path):
+    try:
+        return repr(os.readlink(path))
+    except OSError:
+        return "a path"
 
 
 def load_artifact(text, name="<plan>"):
@@ -28,10 +103,16 @@ def load_artifact(text, name="<plan>"):
     if isinstance(text, dict):
         data = text
     else:
+        if not isinstance(text, str):
+            raise ValueError("plan file %s: its content must be JSON text, got %s" % (name, type(text).__name__))
+        if len(text) > PLAN_MAX_BYTES:
+            raise ValueError("plan file %s is larger than %d bytes" % (name, PLAN_MAX_BYTES))
         try:
             data = json.loads(text)
         except ValueError as exc:
             raise ValueError("plan file %s is not JSON: %s" % (name, exc))
+        except RecursionError:
+            raise ValueError("plan file %s nests too deeply to be a plan" % name)
     if not isinstance(data, dict):
         raise ValueError("plan file %s must hold a JSON object, got %s" % (name, type(data).__name__))
     version = data.get("artifact_version")
@@ -41,7 +122,7 @@ def load_artifact(text, name="<plan>"):
     _check_plan(data, "plan file %s" % name)
     if not isinstance(data.get("hosts"), dict):
         raise ValueError("plan file %s: hosts must be a mapping host -> {gpus}" % name)
-    return data
+    return plan_check.check_artifact(data, "plan file %s" % name)
 
 
 def require_artifact(text, name="<plan>"):
@@ -93,6 +174,9 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
     fresh["settings"], when present (fleet_plan_by_host), maps each host to
     the fleet_plan options it was planned with: they are kept per host, so
     the audit can plan a host again as it was deployed.
+    fresh["hardware"], when present, maps each host to the record of its
+    GPUs, NUMA nodes and CPUs (plan_check.hardware_record): kept with the
+    host, so a later run checks its kept entries against it.
 
     Returns {"plan": the new artifact, "replanned", "kept", "not_planned",
     "dropped"} (sorted host lists). "not_planned" are hosts of the fleet
@@ -120,16 +204,21 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
     settings = fresh.get("settings")
     if settings is not None and not isinstance(settings, dict):
         raise ValueError("the fresh plan's settings must map host -> options")
+    hardware = fresh.get("hardware")
+    if hardware is not None and not isinstance(hardware, dict):
+        raise ValueError("the fresh plan's hardware must map host -> record")
     hosts = dict((h, known[h]) for h in kept)
     for host in replanned:
         entry = {"gpus": (sum(len(i["gpus"]) for i in fresh["instances"] if i["host"] == host)
                           + sum(1 for u in fresh["unused"] if u["host"] == host))}
         if settings and host in settings:
             entry["options"] = _typed(settings[host])
+        if hardware and host in hardware:
+            entry["hardware"] = hardware[host]
         hosts[host] = entry
     gpus = dict((h, hosts[h].get("gpus", 0)) for h in hosts)
 
-    kept_instances, orphans, orphan_warnings = _drop_reformed(keep(previous["instances"]), fresh, replanned)
+    kept_instances, orphans, orphan_warnings = _drop_reformed(keep(previous["instances"]), fresh, replanned, fleet)
     instances = sorted(kept_instances + list(fresh["instances"]),
                        key=lambda i: (i["host"], i.get("ordinal", 0)))
     unused = sorted(keep(previous["unused"]) + orphans + list(fresh["unused"]),
@@ -147,26 +236,30 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
 
 
-def _drop_reformed(kept, fresh, replanned):
+def _drop_reformed(kept, fresh, replanned, fleet):
     """Kept entries of multi-node instances that this run formed anew.
 
     A host this run did not reach keeps its entries, but its part of a
     multi-node instance is stale once a partner host was re-planned into
-    another instance (or none): that entry leaves the plan, its GPUs are
-    unused, and a warning says to run the host again. Returns (entries
-    kept, unused GPUs, warnings)."""
+    another instance (or none), or left the inventory: that entry leaves
+    the plan, its GPUs are unused, and a warning says to run the host
+    again. Returns (entries kept, unused GPUs, warnings)."""
     fresh_hosts = dict((i["host"], (i.get("multinode") or {}).get("hosts")) for i in fresh["instances"])
     keep, unused, warnings = [], [], []
     for entry in kept:
         multinode = entry.get("multinode")
         partners = multinode.get("hosts") if isinstance(multinode, dict) else None
-        moved = [h for h in partners or () if h in replanned and fresh_hosts.get(h) != partners]
+        moved = [h for h in partners or () if (h in replanned and fresh_hosts.get(h) != partners)
+                 or h not in fleet]
         if not moved:
             keep.append(entry)
             continue
-        why = ("its multi-node instance %s (hosts %s) was formed anew without it: %s re-planned while this host "
-               "was not reached; run the deploy with this host to plan it again"
-               % (entry.get("name"), ", ".join(partners), ", ".join(moved)))
+        gone = [h for h in moved if h not in fleet]
+        anew = [h for h in moved if h in fleet]
+        why = ("its multi-node instance %s (hosts %s) was formed anew without it: %s; run the deploy with this "
+               "host to plan it again" % (entry.get("name"), ", ".join(partners), "; ".join(
+                   ["%s re-planned while this host was not reached" % ", ".join(anew)] * bool(anew)
+                   + ["%s left the inventory" % ", ".join(gone)] * bool(gone))))
         unused.extend({"host": entry["host"], "id": g.get("id"), "index": g.get("index"), "reason": why}
                       for g in entry.get("gpus") or ())
         warnings.append("%s: %s" % (entry["host"], why))

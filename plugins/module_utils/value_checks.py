@@ -84,6 +84,21 @@ def port(name, value, allow_zero=False):
     return integer(name, value, 0 if allow_zero else 1, 65535)
 
 
+def batch_size(name, value):
+    """A play's batch size (`serial`): a positive integer or a percentage
+    1%-100%. Ansible reads 0, -1 and a percentage under 1% as the whole
+    play and anything else as an unexpected exception; both are refused."""
+    rule = "must be a positive integer or a percentage 1%-100%"
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,3}%", value):
+        if not 1 <= int(value[:-1]) <= 100:
+            fail(name, rule, value)
+        return value
+    try:
+        return integer(name, value, 1, 10 ** 6)
+    except ValueError:
+        fail(name, rule, value)
+
+
 def boolean(name, value):
     """A real boolean, or the YAML/INI words Ansible accepts for one."""
     if isinstance(value, bool):

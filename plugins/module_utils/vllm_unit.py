@@ -51,6 +51,7 @@ Pure functions, standard library only.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings
@@ -301,6 +302,8 @@ def check_variables(variables):
             for item in value if isinstance(value, list) else [value]:
                 hardening.append([key, item])
     out["vllm_hardening"] = hardening
+    out["vllm_allow_loopback_master"] = vc.boolean("vllm_allow_loopback_master",
+                                                   v.get("vllm_allow_loopback_master", False))
     out["vllm_node_addresses"] = dict(
         (vc.text("vllm_node_addresses key", h if isinstance(h, str) else repr(h), gateway_settings.INVENTORY_HOST,
                  gateway_settings.INVENTORY_HOST_RULE), a)
@@ -656,9 +659,14 @@ def check_multinode(instances, v, host):
                              "concrete vllm_listen_host) for it, the address its ranks reach it at"
                              % (multinode["head"], label))
         address = vc.address("vllm_node_addresses.%s" % multinode["head"], address)
-        if address in ("0.0.0.0", "::"):
-            raise ValueError("vllm_node_addresses.%s: %s is a wildcard, not an address other hosts can reach "
-                             "(set gpufleet_node_address for %s)" % (multinode["head"], address, multinode["head"]))
+        problem = _master_address_problem(address, v["vllm_allow_loopback_master"])
+        if problem:
+            raise ValueError(
+                "vllm_node_addresses.%s: %s, not an address the other hosts of %s can reach as --master-addr: set "
+                "gpufleet_node_address (or vllm_listen_host) of %s to its address on the network between them"
+                % (multinode["head"], problem, label, multinode["head"])
+                + ("" if "wildcard" in problem else
+                   ", or vllm_allow_loopback_master: true when all its hosts run on this one machine"))
         v["vllm_node_addresses"][multinode["head"]] = address
         rolling = v["vllm_rollout_hosts"]
         missing = [h for h in multinode["hosts"] if h not in rolling]
@@ -668,6 +676,26 @@ def check_multinode(instances, v, host):
                 "(no --limit that splits it; a host that is down stops the instance) and let "
                 "gpufleet_rollout_hosts_at_once keep them in one batch (the default, 100%%)"
                 % (label, ", ".join(missing), "is" if len(missing) == 1 else "are", ", ".join(rolling)))
+
+
+def _master_address_problem(address, allow_loopback):
+    """Why `address` cannot be a multi-node head's --master-addr, or ''.
+    Unspecified addresses (0.0.0.0, ::, ::ffff:0.0.0.0) never can (numeric
+    shorthands such as "0" or "127.1" value_checks.address refuses); loopback (127.0.0.0/8, ::1, localhost) only where every host of the
+    instance is this machine, which the caller says (vllm_allow_loopback_master)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        ip = None
+    if ip is not None and getattr(ip, "ipv4_mapped", None) is not None:
+        ip = ip.ipv4_mapped
+    if ip is not None and ip.is_unspecified:
+        return "%s is a wildcard (unspecified) address" % address
+    loopback = (ip is not None and ip.is_loopback) or address.rstrip(".").lower() == "localhost" \
+        or address.rstrip(".").lower().endswith(".localhost")
+    if loopback and not allow_loopback:
+        return "%s is a loopback address" % address
+    return ""
 
 
 def _index(existing):

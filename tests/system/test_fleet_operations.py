@@ -140,3 +140,45 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     assert "demo-a6000-nvlink" in out.split("both serve the name shared", maxsplit=1)[0][-80:]
     assert (fleet["staging"] / "gpufleet-plan.json").read_text() == before
     assert (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text() == config
+
+
+def test_a_kept_plan_that_cannot_be_read_stops_the_run(tmp_path_factory):
+    """Hostile input, round 2: a plan file that exists but cannot be read
+    (a dangling symbolic link, a directory, a FIFO) stops a limited run
+    naming the file, before the gateway loses the hosts it does not reach;
+    only a path where nothing exists is the first run. A batch size serial
+    would misread stops the run before anything changes."""
+    tmp = tmp_path_factory.mktemp("fleet-unreadable")
+    inventory = tmp / "inventory"
+    shutil.copytree(REPO / "inventories" / "demo", inventory)
+    fleet = {"inventory": inventory, "staging": tmp / "staging"}
+    plan_file = fleet["staging"] / "gpufleet-plan.json"
+    deploy(fleet)
+    full = backends(fleet)
+    assert len(full) == 6  # the demo: TP 4 on three 8-GPU servers
+    kept = plan_file.read_text()
+    moved = tmp / "kept.json"
+    plan_file.rename(moved)
+    for make, reason in (
+            (lambda: plan_file.symlink_to(tmp / "share-not-mounted" / "gpufleet-plan.json"),
+             "it is a symbolic link to '%s', which does not exist" % (tmp / "share-not-mounted" / "gpufleet-plan.json")),
+            (lambda: plan_file.mkdir(), "it is a directory, not a regular file"),
+            (lambda: os.mkfifo(str(plan_file)), "it is a FIFO, not a regular file")):
+        make()
+        # the plan play, and a run that plans nothing (the vllm and gateway plays' pre_tasks)
+        for args in (("-l", "demo-h100-nvswitch,demo-gateway"), ("-l", "gateways")):
+            out = deploy(fleet, *args, rc=2)
+            assert "gpufleet.numa.kept_plan: plan file %s cannot be read: %s" % (plan_file, reason) in out, out[-2000:]
+            assert backends(fleet) == full
+        if plan_file.is_dir() and not plan_file.is_symlink():
+            plan_file.rmdir()
+        else:
+            plan_file.unlink()
+    moved.rename(plan_file)
+    assert plan_file.read_text() == kept
+
+    for value in ("abc", "0", "-1", "101%"):
+        out = deploy(fleet, "-e", "gpufleet_rollout_hosts_at_once=%s" % value, rc=2)
+        assert ("gpufleet_rollout_hosts_at_once: must be a positive integer or a percentage 1%%-100%% (got '%s')"
+                % value) in out, out[-2000:]
+        assert plan_file.read_text() == kept

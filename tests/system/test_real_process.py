@@ -158,6 +158,8 @@ def inventory(staging, addresses, gateway, binding):
                     "vllm_shutdown_timeout": 5,
                     # Where the hosts reach each other (a multi-node head's is --master-addr).
                     "vllm_node_addresses": dict(addresses),
+                    # Every "host" is this machine: a loopback --master-addr joins.
+                    "vllm_allow_loopback_master": True,
                 },
             },
             "gateways": {

@@ -97,6 +97,46 @@ def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
         units(1, **variables)
 
 
+# The probe of "Hostile input, round 2": head addresses the ranks never
+# reach. Loopback is refused unless the setup says every host is this
+# machine; wildcards and numeric shorthands always.
+@pytest.mark.parametrize("address,allow,message", [
+    ("127.0.0.1", False, r"127\.0\.0\.1 is a loopback address"),
+    ("127.3.4.5", False, r"127\.3\.4\.5 is a loopback address"),
+    ("::1", False, r"::1 is a loopback address"),
+    # (Python before 3.13 writes IPv4-mapped addresses in hex)
+    ("::ffff:127.0.0.1", False, r"::ffff:(127\.0\.0\.1|7f00:1) is a loopback address"),
+    ("localhost", False, r"localhost is a loopback address"),
+    ("LocalHost.", False, r"LocalHost\. is a loopback address"),
+    ("gpu.localhost", False, r"gpu\.localhost is a loopback address"),
+    ("0.0.0.0", True, r"0\.0\.0\.0 is a wildcard"),
+    ("::", True, r":: is a wildcard"),
+    ("::ffff:0.0.0.0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
+    ("0:0:0:0:0:ffff:0:0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
+])
+def test_a_head_address_the_ranks_cannot_reach_is_refused(address, allow, message):
+    for rank in (0, 1):
+        with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: " + message) as info:
+            units(rank, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=allow)
+        assert "set gpufleet_node_address (or vllm_listen_host) of gpu-a" in str(info.value)
+        assert ("vllm_allow_loopback_master" in str(info.value)) == ("loopback" in message)
+        assert "instance vllm-0 (head gpu-a, hosts gpu-a, gpu-b)" in str(info.value)
+
+
+@pytest.mark.parametrize("address", ["0", "127.1", "0x7f000001"])
+def test_a_numeric_shorthand_head_address_is_refused_by_the_address_check(address):
+    with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: must be an IPv4 address .* legacy form"):
+        units(1, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=True)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.29", "::1", "localhost"])
+def test_a_loopback_head_is_accepted_where_every_host_is_this_machine(address):
+    (unit,) = units(1, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=True)
+    assert unit["argv"][unit["argv"].index("--master-addr") + 1] == address
+    with pytest.raises(ValueError, match="vllm_allow_loopback_master: must be a boolean"):
+        units(1, vllm_node_addresses=ADDRESSES, vllm_allow_loopback_master="sometimes")
+
+
 @pytest.mark.parametrize("change,message", [
     ({"nnodes": 1}, r"multinode\.nnodes: must be"),
     ({"node_rank": 2}, r"multinode\.node_rank: must be"),
