@@ -164,6 +164,6 @@ def test_only_the_head_is_a_gateway_backend():
     plan = {"instances": [dict(entry(r), host=h, served_model_name="m", model="m") for r, h in enumerate(HOSTS)]}
     backends = plan_views.gateway_backends(plan, ADDRESSES)
     assert [b["host"] for b in backends] == ["gpu-a"]
-    assert plan_views.gateway_api_keys(plan, {"gpu-a": "k", "gpu-b": ""}) == {"m": "k"}
+    assert plan_views.gateway_api_keys(plan, {"gpu-a": "instance-key-0001", "gpu-b": ""}) == {"m": "instance-key-0001"}
     table = plan_views.plan_table(plan)
     assert table[0].split()[-1] == "NODE" and table[2].split()[-2:] == ["1/2", "gpu-a"]
