@@ -19,19 +19,12 @@ import stat
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import plan_check
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan_totals import plan_totals
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import file_kind, read_at_most
 
 ARTIFACT_VERSION = 1
 PLAN_KEYS = ("instances", "unused", "warnings", "totals")
 # A kept plan of 10,000 hosts of 8 instances each is about 30 MB.
 PLAN_MAX_BYTES = 64 * 1024 * 1024
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def _kind(mode):
-    return next((word for test, word in _KINDS if test(mode)), "not a regular file")
-
-
 def _why(exc):
     code = errno.errorcode.get(exc.errno, "error %s" % exc.errno)
     return "%s (%s)" % (exc.strerror or "cannot be read", code)
@@ -54,7 +47,7 @@ def read_plan_file(path, max_bytes=PLAN_MAX_BYTES):
     try:
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):
-            raise ValueError("%s cannot be read: it is %s, not a regular file" % (what, _kind(mode)))
+            raise ValueError("%s cannot be read: it is %s, not a regular file" % (what, file_kind(mode)))
         # O_NONBLOCK: a FIFO put there after the check must not hang the run.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -65,25 +58,19 @@ def read_plan_file(path, max_bytes=PLAN_MAX_BYTES):
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError("%s cannot be read: it is %s, not a regular file" % (what, _kind(info.st_mode)))
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+            raise ValueError("%s cannot be read: it is %s, not a regular file" % (what, file_kind(info.st_mode)))
+        data = read_at_most(fd, max_bytes)
     except OSError as exc:
         raise ValueError("%s cannot be read: %s" % (what, _why(exc)))
     finally:
         os.close(fd)
-    if size > max_bytes:
+    if len(data) > max_bytes:
         raise ValueError("%s cannot be read: it is larger than %d bytes" % (what, max_bytes))
-    if size == 0:
+    if not data:
         raise ValueError("%s is empty (a kept plan never is): restore it, or delete it to plan the whole "
                          "fleet from scratch" % what)
     try:
-        return b"".join(chunks).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError("%s is not UTF-8 text (byte %d)" % (what, exc.start))
 

@@ -302,19 +302,13 @@ class LiveReader(Reader):
         try:
             kind = os.fstat(fd).st_mode
             if not stat.S_ISREG(kind):
-                self._note(path, "is %s, not a regular file; not read" % _kind(kind))
+                self._note(path, "is %s, not a regular file; not read" % file_kind(kind))
                 return None
-            chunks, size = [], 0
-            while size <= LIVE_READ_MAX_BYTES:
-                chunk = os.read(fd, min(65536, LIVE_READ_MAX_BYTES + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            if size > LIVE_READ_MAX_BYTES:
+            data = read_at_most(fd, LIVE_READ_MAX_BYTES)
+            if len(data) > LIVE_READ_MAX_BYTES:
                 self._note(path, "is larger than %d bytes; not read" % LIVE_READ_MAX_BYTES)
                 return None
-            return b"".join(chunks).decode("utf-8", "replace")
+            return data.decode("utf-8", "replace")
         except OSError as exc:
             self._note(path, "cannot be read (%s)" % (exc.strerror or exc))
             return None
@@ -382,12 +376,26 @@ class LiveReader(Reader):
         return out
 
 
-def _kind(mode):
+def file_kind(mode):
+    """What a file that is not a regular file is, in words (for messages)."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
         if test(mode):
             return name
     return "not a regular file"
+
+
+def read_at_most(fd, max_bytes):
+    """The bytes of an open file, reading at most max_bytes + 1 (so that a
+    caller can tell a file over its limit without reading it whole)."""
+    chunks, size = [], 0
+    while size <= max_bytes:
+        chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 class CaptureReader(Reader):
@@ -716,22 +724,16 @@ def read_capture_file(path, max_bytes=CAPTURE_MAX_BYTES, name=None):
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise ValueError("capture %s cannot be read: it is %s, not a regular file" % (name, _kind(mode)))
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+            raise ValueError("capture %s cannot be read: it is %s, not a regular file" % (name, file_kind(mode)))
+        data = read_at_most(fd, max_bytes)
     except OSError as exc:
         raise ValueError("capture %s cannot be read: %s" % (name, exc.strerror or exc))
     finally:
         os.close(fd)
-    if size > max_bytes:
+    if len(data) > max_bytes:
         raise ValueError("capture %s is larger than %d bytes (capture_max_bytes); not read" % (name, max_bytes))
     try:
-        return b"".join(chunks).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError("capture %s is not UTF-8 text (byte %d)" % (name, exc.start))
 
