@@ -11,7 +11,8 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: kept_plan
 version_added: 0.1.0
-author: gpufleet.numa contributors
+author:
+  - gpufleet.numa contributors (@gpufleet)
 short_description: Read the deployed plan kept between runs, refusing a file that cannot be read
 description:
   - Returns the text of the plan file (C(gpufleet_plan_file), docs/plan.md) on the controller,

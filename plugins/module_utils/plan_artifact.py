@@ -25,6 +25,8 @@ ARTIFACT_VERSION = 1
 PLAN_KEYS = ("instances", "unused", "warnings", "totals")
 # A kept plan of 10,000 hosts of 8 instances each is about 30 MB.
 PLAN_MAX_BYTES = 64 * 1024 * 1024
+
+
 def _why(exc):
     code = errno.errorcode.get(exc.errno, "error %s" % exc.errno)
     return "%s (%s)" % (exc.strerror or "cannot be read", code)

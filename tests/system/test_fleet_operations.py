@@ -162,7 +162,7 @@ def test_a_kept_plan_that_cannot_be_read_stops_the_run(tmp_path_factory):
     for make, reason in (
             (lambda: plan_file.symlink_to(tmp / "share-not-mounted" / "gpufleet-plan.json"),
              "it is a symbolic link to '%s', which does not exist" % (tmp / "share-not-mounted" / "gpufleet-plan.json")),
-            (lambda: plan_file.mkdir(), "it is a directory, not a regular file"),
+            (plan_file.mkdir, "it is a directory, not a regular file"),
             (lambda: os.mkfifo(str(plan_file)), "it is a FIFO, not a regular file")):
         make()
         # the plan play, and a run that plans nothing (the vllm and gateway plays' pre_tasks)

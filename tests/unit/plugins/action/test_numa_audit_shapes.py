@@ -183,16 +183,14 @@ def _paths(value, prefix=()):
     yield list(prefix)
     if isinstance(value, dict):
         for key in sorted(value, key=str)[:12]:
-            for path in _paths(value[key], prefix + (key,)):
-                yield path
+            yield from _paths(value[key], prefix + (key,))
     elif isinstance(value, list):
         for index in range(min(len(value), 2)):
-            for path in _paths(value[index], prefix + (index,)):
-                yield path
+            yield from _paths(value[index], prefix + (index,))
 
 
 _MODULE_PATHS = [p for p in _paths({k: GOOD[k] for k in ("topology", "processes", "process_source", "warnings",
-                                                          "capture")}) if p]
+                                                         "capture")}) if p]
 
 
 @SOME

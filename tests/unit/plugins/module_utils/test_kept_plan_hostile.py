@@ -73,7 +73,7 @@ def test_read_plan_file_nothing_there_is_no_plan(tmp_path):
     (lambda p: p.write_text(""), r"is empty \(a kept plan never is\)"),
     (lambda p: p.write_bytes(b'{"a": "\xff"}'), r"is not UTF-8 text \(byte 7\)"),
     (lambda p: p.write_text("x" * 101), r"it is larger than 100 bytes"),
-    (lambda p: _link_below_a_file(p), r"Not a directory \(ENOTDIR\)"),
+    (_link_below_a_file, r"Not a directory \(ENOTDIR\)"),
 ])
 def test_read_plan_file_refuses_what_exists_but_cannot_be_read(tmp_path, make, reason):
     path = tmp_path / "gpufleet-plan.json"
@@ -234,7 +234,7 @@ def test_a_tampered_kept_plan_is_one_clear_error(kept, change, message):
     text = json.dumps(plan)
     with pytest.raises(ValueError, match=r"^plan file %s(:| has) " % NAME) as info:
         plan_artifact.load_artifact(text, NAME)
-    assert type(info.value) is ValueError
+    assert info.type is ValueError  # exactly ValueError, no subclass
     assert __import__("re").search(message, str(info.value)), str(info.value)
     # and the filters say the same, as AnsibleFilterError
     with pytest.raises(AnsibleFilterError, match=message):
@@ -274,7 +274,7 @@ def test_a_partner_gone_from_the_inventory_leaves_a_plan_that_loads(kept):
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats() | st.text(max_size=12),
                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                                   max_size=4), max_leaves=12)
+                                                                                 max_size=4), max_leaves=12)
 
 
 def _paths(value, prefix=()):
@@ -335,7 +335,7 @@ def test_kept_plans_load_or_fail_clearly_and_bind_only_what_the_host_has(kept, d
                                    "50%\n"])
 def test_rollout_batch_refuses_what_serial_misreads(value):
     with pytest.raises(AnsibleFilterError, match=r"^gpufleet.numa.rollout_batch: gpufleet_rollout_hosts_at_once: "
-                                                  r"must be a positive integer or a percentage 1%-100% \(got "):
+                       r"must be a positive integer or a percentage 1%-100% \(got "):
         rollout_batch(value)
 
 

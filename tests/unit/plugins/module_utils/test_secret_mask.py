@@ -154,7 +154,7 @@ def test_audit_masks_a_secret_in_the_process_name_and_stat():
     # setproctitle also sets the kernel's name of the process (15 characters).
     name = "HF_TOKEN=Nm4xQ2"
     files = gpu_processes.ProcFilter(_DictReader({"/proc/1/status": "Name:\t%s\nState:\tS\n" % name,
-                                                   "/proc/1/stat": "1 (%s) S 0 1 1 0" % name}))
+                                                  "/proc/1/stat": "1 (%s) S 0 1 1 0" % name}))
     assert files.read("/proc/1/status") == "Name:\tHF_TOKEN=%s\nState:\tS\n" % MASK
     assert files.read("/proc/1/stat") == "1 (HF_TOKEN=%s) S 0 1 1 0" % MASK
     assert gpu_processes.parse_status("Name:\t%s\n" % name)["name"] == "HF_TOKEN=" + MASK

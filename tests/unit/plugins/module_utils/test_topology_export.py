@@ -154,10 +154,10 @@ def _slurmd_check(gres_text, hwloc_xml, tmp_path):
                SLURM_CONF=str(tmp_path / "slurm.conf"), LC_ALL="C")
     conf = "ClusterName=check\nSlurmctldHost=localhost\nSlurmdSpoolDir=%s\nGresTypes=gpu\n" % (tmp_path / "spool")
     (tmp_path / "slurm.conf").write_text(conf)
-    node = subprocess.run([slurmd, "-C"], env=env, capture_output=True, text=True, timeout=60).stdout.splitlines()[0]
+    node = subprocess.run([slurmd, "-C"], check=False, env=env, capture_output=True, text=True, timeout=60).stdout.splitlines()[0]
     count = sum(1 for line in lines if line.startswith("Name=gpu"))
     (tmp_path / "slurm.conf").write_text(conf + "%s Gres=gpu:%d\n" % (node, count))
-    done = subprocess.run([slurmd, "-G", "-N", node.split()[0].split("=")[1]], env=env, capture_output=True,
+    done = subprocess.run([slurmd, "-G", "-N", node.split()[0].split("=")[1]], check=False, env=env, capture_output=True,
                           text=True, timeout=60)
     return done.returncode, done.stdout + done.stderr
 
