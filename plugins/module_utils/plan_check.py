@@ -163,7 +163,9 @@ def _check_host_entry(host, entry):
     if "options" in entry:
         for option, value in sorted(_mapping(where + ".options", entry["options"]).items(), key=str):
             fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, vc.show(option)))
-    if entry.get("hardware") is None:
+    # Plans written before the record have no "hardware" key; a null one is
+    # damage (it would switch the hardware checks off), refused below.
+    if "hardware" not in entry:
         return None
     return _check_hardware(where + ".hardware", entry["hardware"])
 

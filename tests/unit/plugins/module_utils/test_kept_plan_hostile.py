@@ -216,6 +216,8 @@ TAMPERED = [
     ("record_repeats_gpu", lambda p: p["hosts"]["gpu-a"]["hardware"]["gpus"].append(["x", 0]),
      r"hosts\.'gpu-a'\.hardware\.gpus\[8\]: must not repeat a GPU id or index"),
     ("record_not_mapping", _host_entry("gpu-a", "hardware", "8 GPUs"), r"hosts\.'gpu-a'\.hardware: must be a mapping"),
+    # Found by the property test: a null record switched the hardware checks off.
+    ("record_null", _host_entry("gpu-a", "hardware", None), r"hosts\.'gpu-a'\.hardware: must be a mapping"),
     ("unused_host_unknown", lambda p: p["unused"].append({"host": "gpu-z", "id": "x", "index": 0}),
      r"unused\[\d+\]\.host: must be a host of the plan's hosts"),
     ("unused_gpu_not_on_host", lambda p: p["unused"].append({"host": "gpu-a", "id": "0000:ff:00.0", "index": 9}),
@@ -308,7 +310,9 @@ def test_kept_plans_load_or_fail_clearly_and_bind_only_what_the_host_has(kept, d
         return
     merged = plan_artifact.merge_plans({"instances": [], "unused": [], "warnings": []}, loaded, [], FLEET)["plan"]
     for host in ("gpu-a", "gpu-m1", "gpu-m2"):
-        record = loaded["hosts"][host]["hardware"]
+        record = loaded["hosts"].get(host, {}).get("hardware")
+        if record is None:
+            continue  # a host entry replaced whole: no record to hold its units against
         instances = [i for i in merged["instances"] if i["host"] == host]
         try:
             units = vllm_unit.host_units(instances, dict(VARIABLES, host=host, vllm_rollout_hosts=FLEET,
