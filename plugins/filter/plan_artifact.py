@@ -13,7 +13,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact, plan_check
+from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
 
 
@@ -40,7 +40,7 @@ def fleet_plan_by_host(host_vars, hosts=None):
         plans, hardware = [], {}
         for options, group in fleet_settings.plan_groups(settings):
             facts = dict((h, _facts(h, host_vars[h])) for h in group)
-            hardware.update((h, plan_check.hardware_record(facts[h])) for h in group)
+            hardware.update((h, plan_artifact.hardware_record(facts[h])) for h in group)
             try:
                 plans.append(placement.plan_fleet(facts, hosts=group, **options))
             except ValueError as exc:

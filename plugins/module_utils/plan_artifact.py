@@ -18,6 +18,7 @@ import os
 import stat
 
 from ansible_collections.gpufleet.numa.plugins.module_utils import plan_check
+from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan_totals import plan_totals
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import file_kind, read_at_most
 
@@ -164,7 +165,7 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
     the fleet_plan options it was planned with: they are kept per host, so
     the audit can plan a host again as it was deployed.
     fresh["hardware"], when present, maps each host to the record of its
-    GPUs, NUMA nodes and CPUs (plan_check.hardware_record): kept with the
+    GPUs, NUMA nodes and CPUs (hardware_record): kept with the
     host, so a later run checks its kept entries against it.
 
     Returns {"plan": the new artifact, "replanned", "kept", "not_planned",
@@ -279,3 +280,15 @@ def dump_artifact(plan):
     """The artifact as stable JSON text: the same plan gives the same bytes,
     so rewriting an unchanged plan changes nothing."""
     return json.dumps(plan, sort_keys=True, indent=1) + "\n"
+
+
+def hardware_record(facts):
+    """The compact record of a host's hardware kept with its plan entry:
+    {gpus: [[id, index], ...], numa_nodes: [...], cpus: cpulist}."""
+    gpus = sorted(([g["id"], g.get("index")] for g in facts.get("gpus") or ()),
+                  key=lambda pair: (pair[1] is None, pair[1] or 0, pair[0]))
+    nodes = sorted(n["id"] for n in facts.get("numa_nodes") or ())
+    cpus = set()
+    for node in facts.get("numa_nodes") or ():
+        cpus.update(parse_cpulist(node.get("cpus") or ""))
+    return {"gpus": gpus, "numa_nodes": nodes, "cpus": format_cpulist(cpus)}

@@ -393,14 +393,3 @@ def _check_multinode(checked):
                 vc.fail(inst["where"] + ".multinode.master_port", "must be the same on every host of multi-node "
                         "instance %s" % name, inst["multinode"]["master_port"])
 
-
-def hardware_record(facts):
-    """The compact record of a host's hardware kept with its plan entry:
-    {gpus: [[id, index], ...], numa_nodes: [...], cpus: cpulist}."""
-    gpus = sorted(([g["id"], g.get("index")] for g in facts.get("gpus") or ()),
-                  key=lambda pair: (pair[1] is None, pair[1] or 0, pair[0]))
-    nodes = sorted(n["id"] for n in facts.get("numa_nodes") or ())
-    cpus = set()
-    for node in facts.get("numa_nodes") or ():
-        cpus.update(parse_cpulist(node.get("cpus") or ""))
-    return {"gpus": gpus, "numa_nodes": nodes, "cpus": format_cpulist(cpus)}
