@@ -101,28 +101,28 @@ def _list_text(text, warnings):
     return text
 
 
+def _parsed_or_warn(parse, text, path, warnings):
+    """parse(text), or None with a warning naming the file."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        warnings.append("%s: %s" % (path, exc))
+        return None
+
+
 def _cpulist_or_warn(reader, path, warnings, mask_path=None):
     """The CPUs a list file names (None when unreadable); with mask_path,
     the bitmap file beside it is read when the list file is missing."""
     text = _list_text(reader.read(path), warnings)
-    if text is None:
-        if mask_path is None:
-            return None
-        mask = _list_text(reader.read(mask_path), warnings)
-        if mask is None:
-            return None
-        try:
-            cpus = parse_cpumask(mask)
-        except ValueError as exc:
-            warnings.append("%s: %s" % (mask_path, exc))
-            return None
-        _note_once(warnings, MASKS_ONLY)
-        return cpus
-    try:
-        return parse_cpulist(text)
-    except ValueError as exc:
-        warnings.append("%s: %s" % (path, exc))
+    if text is not None:
+        return _parsed_or_warn(parse_cpulist, text, path, warnings)
+    mask = None if mask_path is None else _list_text(reader.read(mask_path), warnings)
+    if mask is None:
         return None
+    cpus = _parsed_or_warn(parse_cpumask, mask, mask_path, warnings)
+    if cpus is not None:
+        _note_once(warnings, MASKS_ONLY)
+    return cpus
 
 
 def _int_or_none(text):
