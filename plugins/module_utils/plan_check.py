@@ -392,4 +392,3 @@ def _check_multinode(checked):
             if inst["multinode"]["master_port"] != first["multinode"]["master_port"]:
                 vc.fail(inst["where"] + ".multinode.master_port", "must be the same on every host of multi-node "
                         "instance %s" % name, inst["multinode"]["master_port"])
-
