@@ -34,8 +34,8 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, ".collections"))
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import topology  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (  # noqa: E402
     CaptureReader,
     load_capture,
 )
@@ -131,7 +131,7 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    captures = glob.glob(os.path.join(REPO, "tests", "unit", "fixtures", "machines", "*", "capture.yml"))
+    captures = glob.glob(os.path.join(REPO, "tests", "fixtures", "machines", "*", "capture.yml"))
     biggest = max(captures, key=os.path.getsize)
     start = time.perf_counter()
     capture = load_capture(biggest)

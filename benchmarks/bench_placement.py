@@ -24,7 +24,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", ".collections"))
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import placement  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement  # noqa: E402
 
 
 def _facts(host, nodes, gpu_nodes, link, smt_offset, bus_base):

@@ -8,7 +8,7 @@
 For each N, builds an inventory in the demo's style (inventories/demo's
 group_vars, local connection, one loopback address per host, everything
 rendered under a temporary staging directory) with N GPU servers whose
-topologies are recorded captures (tests/unit/fixtures/machines/*, in turn),
+topologies are recorded captures (tests/fixtures/machines/*, in turn),
 converges it once, then times:
 
 - the rerun: the same playbook again, which must change nothing;
@@ -33,7 +33,7 @@ import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
-FIXTURES = os.path.join(REPO, "tests", "unit", "fixtures", "machines")
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "machines")
 # Recorded machines that fit tensor parallel 2 on one socket.
 MACHINES = [
     "h100_sxm_8gpu_nvswitch", "rtx4090_8gpu_pcie_switch_quads", "rtxa6000_8gpu_nvlink_pairs",

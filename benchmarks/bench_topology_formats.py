@@ -29,14 +29,13 @@ import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, ".collections"))
-sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
 
-import hwloc_oracle  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils import topology_export  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture  # noqa: E402
+from ansible_collections.gpufleet.numa.tests.fixtures import hwloc_oracle  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import export as topology_export  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture  # noqa: E402
 
-MACHINES = os.path.join(REPO, "tests", "unit", "fixtures", "machines")
+MACHINES = os.path.join(REPO, "tests", "fixtures", "machines")
 
 
 def timed(function, runs):

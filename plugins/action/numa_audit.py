@@ -10,7 +10,7 @@
   plan never travels to the target.
 - fail_on_severity is applied here, after the plan's findings are in.
 - What the module returns is the host's data: its shape is checked here
-  (module_utils/audit_shape.py) and only the fields the audit defines are
+  (module_utils/audit/result.py) and only the fields the audit defines are
   kept; a crafted result fails this host alone, naming the field.
 """
 
@@ -23,8 +23,10 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather, audit_shape
-from ansible_collections.gpufleet.numa.plugins.module_utils.value_checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_shape
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 

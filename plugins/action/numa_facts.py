@@ -4,7 +4,7 @@
 """Action for gpufleet.numa.numa_facts: replay capture= on the controller.
 
 Without capture= the module runs on the target, and of its result only the
-fields the module defines are kept (module_utils/host_results.py). With it, the
+fields the module defines are kept (plugin_utils/host_results.py). With it, the
 capture file is read here and turned into facts by the same module_utils
 code the module uses; the target is never contacted.
 """
@@ -17,9 +17,9 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import host_results
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture, summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import CAPTURE_MAX_BYTES, load_capture
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture, summary
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES, load_capture
 
 
 def _max_bytes(value):

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_report, value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
 
 def audit_table(results):

@@ -4,7 +4,7 @@
 """Filters for the paths the playbooks write on the controller:
 controller_path, file_in_dir and controller_inventory_dir.
 
-Thin shells around module_utils/controller_paths.py; see docs/deploy.md
+Thin shells around plugin_utils/paths.py; see docs/deploy.md
 (Controller-side paths).
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import controller_paths
-from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths as controller_paths
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
 
 
 def controller_path(value, name):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings as settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings
 
 
 def gateway_settings(variables):

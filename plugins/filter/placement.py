@@ -3,15 +3,16 @@
 # Apache License 2.0 (see LICENSE)
 """Filters that plan GPU placement: socket_local_groups (one host), fleet_plan (a fleet).
 
-Thin shells around module_utils/placement.py; see docs/placement.md.
+Thin shells around module_utils/placement/api.py; see docs/placement.md.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils import placement, value_checks
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
 
 _INT_OPTIONS = ("tp_size", "pp_size", "reserved_cpus_per_socket", "max_instances_per_host",

@@ -5,16 +5,18 @@
 its own settings) and the deployed plan kept between runs: merge_plan,
 load_plan, plan_artifact_json; and rollout_batch, the batch size of a rollout.
 
-Thin shells around module_utils/plan_artifact.py; see docs/plan.md.
+Thin shells around module_utils/plan/artifact.py; see docs/plan.md.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils import fleet_settings, placement, plan_artifact
-from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
 
 def _facts(host, variables):

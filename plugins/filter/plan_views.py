@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import plan_views
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
 
 
 def plan_table(plan):

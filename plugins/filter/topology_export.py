@@ -2,14 +2,14 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters that write one host's topology facts as Slurm's gres.conf and
-as an NCCL topology file (plugins/module_utils/topology_export.py)."""
+as an NCCL topology file (plugins/module_utils/topology/export.py)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import topology_export
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import export as topology_export
 
 _display = Display()
 

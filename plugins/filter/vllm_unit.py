@@ -3,15 +3,15 @@
 # Apache License 2.0 (see LICENSE)
 """Filter vllm_units: what each vLLM unit of a host runs (role gpufleet.numa.vllm).
 
-Thin shell around module_utils/vllm_unit.py; see docs/plan.md and the role's README.
+Thin shell around module_utils/deploy/vllm/unit.py; see docs/plan.md and the role's README.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils import vllm_unit
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
 
 
 def vllm_units(instances, variables):

@@ -47,7 +47,7 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import plan_artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 
 
 class LookupModule(LookupBase):

@@ -380,9 +380,10 @@ capture:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.nvml import import_pynvml
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit, audit_gather
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import C_LOCALE, module_which
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvml import import_pynvml
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import C_LOCALE, module_which
 
 ARGUMENT_SPEC = dict(
     root=dict(type="path", default="/"),

@@ -420,9 +420,9 @@ capture:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.nvml import import_pynvml
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather_live, summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvml import import_pynvml
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import gather_live, summary
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
     CAPTURE_MAX_BYTES,
     COMMAND_TIMEOUT,
     module_which,

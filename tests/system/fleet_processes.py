@@ -18,7 +18,7 @@ import socket
 import subprocess
 import time
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 
 # What systemd gives every service before Environment= (systemd.exec(5)).
 SYSTEMD_BASE_ENVIRONMENT = {

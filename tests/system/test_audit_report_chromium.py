@@ -22,11 +22,12 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "unit" / "plugins" / "module_utils"))
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit_gather, audit_report, placement  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement  # noqa: E402
 
-from audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes  # noqa: E402
+from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes  # noqa: E402
 
 WIDTH, HEIGHT = 1400, 2600
 

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleet_processes import free_port, wait_until
-from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "gateway"

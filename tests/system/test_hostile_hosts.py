@@ -26,7 +26,7 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
-H100_CAPTURE = REPO / "tests" / "unit" / "fixtures" / "machines" / "h100_sxm_8gpu_nvswitch" / "capture.yml"
+H100_CAPTURE = REPO / "tests" / "fixtures" / "machines" / "h100_sxm_8gpu_nvswitch" / "capture.yml"
 
 
 def playbook(tmp_path, name, inventory, *args):
@@ -46,8 +46,8 @@ def hostile_python(path, claims):
         payload = sys.stdin.buffer.read()
         if b"numa_facts" in payload or any("AnsiballZ_numa_facts" in arg for arg in sys.argv[1:]):
             sys.path.insert(0, {collections!r})
-            from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture, summary
-            from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import load_capture
+            from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture, summary
+            from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture
             facts = facts_from_capture(load_capture({capture!r}), hostname="h100-sxm-8gpu")
             print(json.dumps({{"changed": False, "summary": summary(facts),
                               "ansible_facts": dict({claims!r}, numa_topology=facts)}}))

@@ -40,8 +40,9 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import placement, topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist, parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from fleet_processes import (
     SYSTEMD_BASE_ENVIRONMENT, ProcessGroup, free_port, haproxy_server_states, http_request,
     is_numactl, node_cpus, ports_free, rebind_to_local_node, split_numactl, systemd_binding_as_numactl,
@@ -58,7 +59,7 @@ HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 NUMACTL = shutil.which("numactl") or "/usr/bin/numactl"
 LOCAL_NODE = 0
 # Recorded CPUs and NUMA node of the CI machine with two made-up GPUs on node 0.
-TWO_GPU_MACHINE = REPO / "tests" / "unit" / "fixtures" / "machines" / "this_machine_2gpu_synthetic" / "capture.yml"
+TWO_GPU_MACHINE = REPO / "tests" / "fixtures" / "machines" / "this_machine_2gpu_synthetic" / "capture.yml"
 
 # A model name that breaks any ExecStart= quoting that is not right.
 MODEL = 'acme/Llama "7B" 100% $HOME \\ tuned'

@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from fleet_processes import free_port, http_request, wait_for_health, wait_until
-from ansible_collections.gpufleet.numa.plugins.module_utils import gateway_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 STUB = REPO / "tests" / "stub" / "vllm-stub"

@@ -21,7 +21,7 @@ from systemd_exec import (
     SYSTEMD, parse_environment, parse_environment_file, parse_exec_line, read_unit, service_process, split_words,
     systemd_unit_dump,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
 
 
 def test_parse_exec_line_man_page_example_braced_and_bare_variables():

@@ -16,7 +16,7 @@ import time
 
 
 from fleet_processes import free_port, http_request, wait_for_health, wait_until
-from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import format_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
 
 STUB = pathlib.Path(__file__).resolve().parents[2] / "tests" / "stub" / "vllm-stub"
 ADDRESS = "127.0.0.31"

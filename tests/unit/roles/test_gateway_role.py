@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "gateway"

@@ -4,7 +4,7 @@
 """Role gpufleet.numa.vllm, run for real with ansible-playbook.
 
 Every case of golden/vllm/plans.yml is the plan fleet_plan makes for a
-recorded machine (tests/unit/fixtures/machines/*/capture.yml), rendered by
+recorded machine (tests/fixtures/machines/*/capture.yml), rendered by
 the role into a temporary staging directory (local connection, nothing
 installed, no service started): all cases in one playbook run, one
 inventory host per case. The units are then checked with real tools:
@@ -18,7 +18,7 @@ Rendered files are compared with golden files under golden/vllm/<case>/;
 set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 Bad input is probed many cases per playbook run (one host per probe,
 block/rescue); the rules themselves are tested on the filter directly in
-tests/unit/plugins/module_utils/test_vllm_unit.py.
+tests/unit/plugins/module_utils/deploy/vllm/test_unit.py.
 """
 
 import getpass
@@ -35,13 +35,15 @@ import threading
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import placement, topology, vllm_unit
-from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.system.systemd_exec import SYSTEMD, systemd_unit_dump
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "vllm"
-MACHINES = REPO / "tests" / "unit" / "fixtures" / "machines"
+MACHINES = REPO / "tests" / "fixtures" / "machines"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 PYTHON = REPO / ".venv" / "bin" / "python"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")

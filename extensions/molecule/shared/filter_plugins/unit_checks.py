@@ -10,7 +10,7 @@ import shlex
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 
 
 def _logical_lines(text):

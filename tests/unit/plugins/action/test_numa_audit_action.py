@@ -18,11 +18,11 @@ import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
-sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit_gather, placement  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement  # noqa: E402
 
-from audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes, pid_of  # noqa: E402
+from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes, pid_of  # noqa: E402
 
 
 def env():
@@ -143,9 +143,8 @@ SET_TITLE = (
 
 
 def test_module_live_masks_every_secret_form_of_real_processes(tmp_path):
-    sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
     from test_secret_mask import FORMS, assert_hidden, secrets_of  # noqa: E402
-    from ansible_collections.gpufleet.numa.plugins.module_utils import audit_report  # noqa: E402
+    from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report  # noqa: E402
 
     argv, titles, secrets = [], [], []
     for number, (dummy_id, words) in enumerate(FORMS):

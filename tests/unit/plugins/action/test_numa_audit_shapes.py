@@ -22,11 +22,10 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.plugins.action.numa_audit import ActionModule
 from ansible_collections.gpufleet.numa.plugins.filter import audit_views
-from ansible_collections.gpufleet.numa.plugins.module_utils import audit_gather, audit_shape
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_shape
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "module_utils"))
-
-from audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes  # noqa: E402
+from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes  # noqa: E402
 
 SOME = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -14,7 +14,7 @@ import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
-FIXTURE = os.path.join(REPO, "tests", "unit", "fixtures", "machines", "rtx4090_8gpu_pcie_switch_quads", "capture.yml")
+FIXTURE = os.path.join(REPO, "tests", "fixtures", "machines", "rtx4090_8gpu_pcie_switch_quads", "capture.yml")
 
 
 def playbook(path, inventory, cwd):

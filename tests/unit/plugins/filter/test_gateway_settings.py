@@ -19,7 +19,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.gateway import gateway_settings
-from ansible_collections.gpufleet.numa.plugins.module_utils.gateway_settings import VARIABLES
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway.settings import VARIABLES
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 ROLE = REPO / "roles" / "gateway"

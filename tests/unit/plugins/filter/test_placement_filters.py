@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.placement import FilterModule, fleet_plan, socket_local_groups
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.test_placement_hosts import (
+from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_hosts import (
     h100_nvswitch,
     ndv4_like,
 )
@@ -198,13 +198,13 @@ def test_fleet_plan_failure_through_ansible_playbook_names_host(tmp_path):
 # hold, the filters plan or raise AnsibleFilterError naming the host and,
 # for a malformed fact, its path ("numa_topology.gpus[3].numa_node").
 
-MACHINES = os.path.join(REPO, "tests", "unit", "fixtures", "machines")
+MACHINES = os.path.join(REPO, "tests", "fixtures", "machines")
 RECORDED = ("mi50_8gpu_nps4", "azure_ndv4_like", "rtx3090_2gpu_threadripper_numa_na")
 FIELD = re.compile(r"numa_topology\.([A-Za-z_]+(?:\[[^\]]*\]|\.[A-Za-z_]+)*)")
 
 
 def recorded_facts(name):
-    from ansible_collections.gpufleet.numa.plugins.module_utils import topology
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
 
     return topology.facts_from_capture(os.path.join(MACHINES, name, "capture.yml"))
 

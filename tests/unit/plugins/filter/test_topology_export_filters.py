@@ -14,9 +14,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.filter.topology_export import (
     FilterModule, nccl_topology_xml, slurm_gres_conf,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import facts_from_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture
+from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 
-MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
+MACHINES = fixture_paths.MACHINES
 
 
 def test_export_filters_are_registered_and_return_text():

@@ -19,10 +19,12 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.numa.plugins.module_utils import sysfs, topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.cpulist import MAX_CPUS, parse_cpulist, parse_cpumask
-from ansible_collections.gpufleet.numa.plugins.module_utils.nvidia_smi import TOPO_COMMAND
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader import (
+from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import MAX_CPUS, parse_cpulist, parse_cpumask
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import TOPO_COMMAND
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
     CAPTURE_MAX_BYTES,
     YAML_ALIAS_BUDGET,
     YAML_MAX_DEPTH,
@@ -31,9 +33,9 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology_reader impo
     load_capture,
 )
 
-from sysfs_builder import SysfsBuilder, write_tree
+from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder, write_tree
 
-MACHINES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "machines")
+MACHINES = os.path.join(fixture_paths.FIXTURES, "machines")
 NVIDIA = "0x10de"
 SOME = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # What must never show up: a line long enough that a cut quote cannot hold it.

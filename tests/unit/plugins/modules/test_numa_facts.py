@@ -16,7 +16,7 @@ import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
-MACHINES = os.path.join(REPO, "tests", "unit", "fixtures", "machines")
+MACHINES = os.path.join(REPO, "tests", "fixtures", "machines")
 
 
 def ansible_env():
@@ -68,7 +68,7 @@ def test_numa_facts_ad_hoc_check_mode_same_facts():
 
 @pytest.mark.parametrize("machine", ["rtx3090_2gpu_threadripper_numa_na", "dgx2_v100_16gpu_nvswitch"])
 def test_numa_facts_ad_hoc_capture_replays_fixture(machine):
-    path = os.path.join("tests", "unit", "fixtures", "machines", machine, "capture.yml")
+    path = os.path.join("tests", "fixtures", "machines", machine, "capture.yml")
     rc, result = ad_hoc("gpufleet.numa.numa_facts", "capture=%s" % path)
     assert rc == 0, result
     facts = result["ansible_facts"]["numa_topology"]
@@ -143,8 +143,7 @@ def test_numa_facts_ansible_doc_renders(name):
 def escape_probe_tree(tmp_path):
     """A two-GPU sysfs tree an attacker prepared: links out of the root to
     /etc/passwd (relative and absolute), a FIFO, and a hanging nvidia-smi."""
-    sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
-    from sysfs_builder import SysfsBuilder, write_tree
+    from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder, write_tree
 
     b = SysfsBuilder()
     b.node(0, "0-1", memory_kb=1 << 20).node(1, "2-3", memory_kb=1 << 20).online("0-3")

@@ -1,0 +1,394 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The kept plan, checked as a whole before a run trusts it (docs/plan.md,
+"Checks on the kept plan").
+
+The plan file lives on the controller, but whoever can write it decides
+what every unit binds to and what the gateway routes: it is untrusted
+input. check_artifact() checks every field a consumer reads (type, range,
+pattern), bounds every size, makes entries unique per host, requires a
+multi-node instance's entries to agree, and checks each host's entries
+against the hardware the plan recorded for that host when it was planned
+(hosts[HOST].hardware: GPU ids and indices, NUMA nodes, CPUs). Plans
+written before the record existed are checked by schema only.
+
+Errors are ValueError("PLAN: FIELD: RULE (got VALUE)"), e.g.
+"/srv/plan.json: instances[3].binding.mems: must be NUMA nodes this host has
+(0, 1) (got [4095])". Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway.settings import INVENTORY_HOST, INVENTORY_HOST_RULE
+
+# Bounds on a kept plan: far above any fleet this collection serves, low
+# enough that a tampered file cannot make a run build millions of units.
+MAX_HOSTS = 10000
+MAX_ENTRIES = 100000              # instances, unused GPUs, warnings: each
+MAX_GPUS_PER_HOST = 4096          # GPU indices 0-4095, as vllm_units takes them
+MAX_NUMA_NODE = 1023              # Linux's MAX_NUMNODES is 1024
+MAX_TEXT = 4096
+MAX_NICS = 64
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}"
+_NAME_RULE = "must be [A-Za-z0-9_.-], starting with a letter or digit"
+_GPU_ID = r"[A-Za-z0-9][A-Za-z0-9:._-]{0,99}"
+_GPU_ID_RULE = "must be a GPU id (a PCI bus id, a UUID or GPU<index>)"
+_CPULIST = r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*"
+
+
+def _mapping(name, value):
+    if not isinstance(value, dict):
+        vc.fail(name, "must be a mapping", value)
+    return value
+
+
+def _list(name, value, maximum=MAX_ENTRIES, minimum=0):
+    if not isinstance(value, list):
+        vc.fail(name, "must be a list", value)
+    if len(value) > maximum:
+        vc.fail(name, "must hold at most %d entries" % maximum, "%d entries" % len(value))
+    if len(value) < minimum:
+        vc.fail(name, "must hold at least %d entries" % minimum, value)
+    return value
+
+
+def _short_text(name, value, allow_none=False):
+    """Free text shown in reports (reasons, warnings, links): a bounded string."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        vc.fail(name, "must be a string", value)
+    if len(value) > MAX_TEXT:
+        vc.fail(name, "must be at most %d characters" % MAX_TEXT, value)
+    return value
+
+
+def _cpus(name, value, allow_empty=False):
+    if allow_empty and value == "":
+        return set()
+    vc.text(name, value, _CPULIST, "must be a cpulist such as 0-47,96-143")
+    try:
+        return set(parse_cpulist(value))
+    except ValueError as exc:
+        vc.fail(name, str(exc), value)
+
+
+def _nodes(name, value, minimum=0):
+    nodes = [_int("%s[%d]" % (name, i), n, 0, MAX_NUMA_NODE)
+             for i, n in enumerate(_list(name, value, MAX_NUMA_NODE + 1, minimum))]
+    if nodes != sorted(set(nodes)):
+        vc.fail(name, "must be a sorted list of distinct NUMA nodes", nodes)
+    return nodes
+
+
+def _int(name, value, minimum, maximum):
+    """A JSON integer in range (no string of digits, no boolean, no float)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        vc.fail(name, "must be an integer", value)
+    return vc.integer(name, value, minimum, maximum)
+
+
+def _index(name, value):
+    """A GPU index, or None where no source knows it (AMD GPUs read from sysfs alone)."""
+    return None if value is None else _int(name, value, 0, MAX_GPUS_PER_HOST - 1)
+
+
+def _port(name, value):
+    return _int(name, value, 1, 65535)
+
+
+def _host(name, value, hosts=None):
+    vc.text(name, value, INVENTORY_HOST, INVENTORY_HOST_RULE)
+    if hosts is not None and value not in hosts:
+        vc.fail(name, "must be a host of the plan's hosts", value)
+    return value
+
+
+def check_artifact(plan, name):
+    """Check a kept plan (its JSON already parsed) as a whole; returns it.
+    Raises ValueError("NAME: FIELD: RULE (got VALUE)")."""
+    try:
+        _check_plan(plan)
+    except ValueError as exc:
+        raise ValueError("%s: %s" % (name, exc))
+    return plan
+
+
+def _check_plan(plan):
+    hosts = _mapping("hosts", plan.get("hosts"))
+    if len(hosts) > MAX_HOSTS:
+        vc.fail("hosts", "must hold at most %d hosts" % MAX_HOSTS, "%d hosts" % len(hosts))
+    records = {}
+    for host in sorted(hosts, key=str):
+        records[host] = _check_host_entry(host, hosts[host])
+    instances = _list("instances", plan.get("instances"))
+    _check_counts(instances, hosts)
+    checked = [_check_instance("instances[%d]" % i, entry, hosts) for i, entry in enumerate(instances)]
+    for i, entry in enumerate(_list("unused", plan.get("unused"))):
+        _check_unused("unused[%d]" % i, entry, hosts, records)
+    for i, warning in enumerate(_list("warnings", plan.get("warnings"))):
+        _short_text("warnings[%d]" % i, warning)
+    totals = plan.get("totals", {})
+    for key, value in _mapping("totals", totals).items():
+        _int("totals.%s" % _short_text("totals key", key), value, 0, MAX_ENTRIES * MAX_GPUS_PER_HOST)
+    _check_per_host(checked, hosts, records)
+    _check_multinode(checked)
+
+
+def _check_counts(instances, hosts):
+    """Before each entry is read: no host holds more instances than GPUs."""
+    counts = {}
+    for entry in instances:
+        host = entry.get("host") if isinstance(entry, dict) else None
+        if isinstance(host, str):
+            counts[host] = counts.get(host, 0) + 1
+    for host, count in sorted(counts.items()):
+        gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
+        if isinstance(gpus, int) and count > gpus:
+            vc.fail("instances", "must hold at most one instance per GPU of host %s (%s GPUs)" % (vc.show(host), gpus),
+                    "%d instances" % count)
+
+
+def _check_host_entry(host, entry):
+    """hosts[HOST]: {gpus, options?, hardware?}; returns the hardware record or None."""
+    where = "hosts.%s" % vc.show(host)
+    _host("hosts key", host)
+    entry = _mapping(where, entry)
+    _int(where + ".gpus", entry.get("gpus"), 0, MAX_GPUS_PER_HOST)
+    if "options" in entry:
+        for option, value in sorted(_mapping(where + ".options", entry["options"]).items(), key=str):
+            fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, vc.show(option)))
+    # Plans written before the record have no "hardware" key; a null one is
+    # damage (it would switch the hardware checks off), refused below.
+    if "hardware" not in entry:
+        return None
+    return _check_hardware(where + ".hardware", entry["hardware"])
+
+
+def _check_hardware(where, record):
+    """{gpus: [[id, index], ...], numa_nodes: [...], cpus: cpulist} -> the sets."""
+    record = _mapping(where, record)
+    gpus = {}
+    for i, gpu in enumerate(_list(where + ".gpus", record.get("gpus"), MAX_GPUS_PER_HOST)):
+        pair = _list("%s.gpus[%d]" % (where, i), gpu, 2, 2)
+        gpu_id = vc.text("%s.gpus[%d][0]" % (where, i), pair[0], _GPU_ID, _GPU_ID_RULE)
+        index = _index("%s.gpus[%d][1]" % (where, i), pair[1])
+        if gpu_id in gpus or (index is not None and index in gpus.values()):
+            vc.fail("%s.gpus[%d]" % (where, i), "must not repeat a GPU id or index", pair)
+        gpus[gpu_id] = index
+    nodes = _nodes(where + ".numa_nodes", record.get("numa_nodes"))
+    cpus = _cpus(where + ".cpus", record.get("cpus"), allow_empty=True)
+    return {"gpus": gpus, "numa_nodes": set(nodes), "cpus": cpus}
+
+
+def _check_instance(where, entry, hosts):
+    """One instance entry; returns the fields the checks across entries use."""
+    entry = _mapping(where, entry)
+    missing = [f for f in ("host", "name", "tp_size", "pp_size", "gpus", "gpu_indices", "binding", "port",
+                           "dist_port") if f not in entry]
+    if missing:
+        vc.fail(where, "lacks %s (fleet_plan instances carry them; docs/plan.md)" % ", ".join(missing),
+                sorted(str(k) for k in entry))
+    host = _host(where + ".host", entry["host"], hosts)
+    name = vc.text(where + ".name", entry["name"], _NAME, _NAME_RULE)
+    _int(where + ".ordinal", entry.get("ordinal", 0), 0, MAX_GPUS_PER_HOST - 1)
+    tp_size = _int(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
+    pp_size = _int(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
+    multinode = _check_multinode_field(where + ".multinode", entry.get("multinode"), host, pp_size)
+    local = tp_size * pp_size // (multinode["nnodes"] if multinode else 1)
+    indices = [_index("%s.gpu_indices[%d]" % (where, i), g)
+               for i, g in enumerate(_list(where + ".gpu_indices", entry["gpu_indices"], MAX_GPUS_PER_HOST))]
+    known = [i for i in indices if i is not None]
+    if len(indices) != local or len(set(known)) != len(known):
+        vc.fail(where + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs"
+                % (" / multinode.nnodes" if multinode else "", local), indices)
+    gpus = _check_gpus(where + ".gpus", entry["gpus"], indices)
+    binding = _check_binding(where + ".binding", entry["binding"], indices)
+    cpus = set(binding["cpus"])
+    if "cpus" in entry:
+        cpus |= _cpus(where + ".cpus", entry["cpus"])
+    nodes = set(binding["nodes"])
+    if "numa_nodes" in entry:
+        nodes |= set(_nodes(where + ".numa_nodes", entry["numa_nodes"]))
+    for i, stage in enumerate(_list(where + ".stages", entry.get("stages", []), MAX_GPUS_PER_HOST)):
+        nodes |= _check_stage("%s.stages[%d]" % (where, i), stage, indices)
+    ports = [_port(where + ".port", entry["port"]), _port(where + ".dist_port", entry["dist_port"])]
+    if "dist_port_range" in entry:
+        low, high = [_port("%s.dist_port_range[%d]" % (where, i), p)
+                     for i, p in enumerate(_list(where + ".dist_port_range", entry["dist_port_range"], 2, 2))]
+        if low > high:
+            vc.fail(where + ".dist_port_range", "must be [first, last] with first <= last", [low, high])
+    if entry.get("model") is not None:
+        vc.command_word(where + ".model", entry["model"])
+    if entry.get("served_model_name") is not None:
+        vc.served_model_name(where + ".served_model_name", entry["served_model_name"])
+    for field in ("reason", "worst_link", "memory_policy"):
+        _short_text("%s.%s" % (where, field), entry.get(field), allow_none=True)
+    return {"where": where, "host": host, "name": name, "tp_size": tp_size, "pp_size": pp_size, "ports": ports,
+            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode,
+            "serves": (entry.get("model"), entry.get("served_model_name"))}
+
+
+def _check_gpus(where, gpus, indices):
+    """gpus: one {id, index, ...} per entry of gpu_indices, in that order; returns [(id, index)]."""
+    out = []
+    for i, gpu in enumerate(_list(where, gpus, MAX_GPUS_PER_HOST)):
+        at = "%s[%d]" % (where, i)
+        gpu = _mapping(at, gpu)
+        gpu_id = vc.text(at + ".id", gpu.get("id"), _GPU_ID, _GPU_ID_RULE)
+        for field in ("pci_bus_id", "uuid", "name"):
+            _short_text("%s.%s" % (at, field), gpu.get(field), allow_none=True)
+        out.append((gpu_id, _index(at + ".index", gpu.get("index"))))
+    if [index for dummy, index in out] != indices:
+        vc.fail(where, "must hold one GPU per entry of gpu_indices %s, in that order"
+                % ",".join(str(i) for i in indices), [index for dummy, index in out])
+    if len(set(gpu_id for gpu_id, dummy in out)) != len(out):
+        vc.fail(where, "must not repeat a GPU id", [gpu_id for gpu_id, dummy in out])
+    return out
+
+
+def _check_binding(where, binding, indices):
+    binding = _mapping(where, binding)
+    for field in ("cpus", "mems", "policy", "by_node"):
+        if field not in binding:
+            vc.fail(where, "lacks %s (needs cpus, mems, policy, by_node)" % field, binding)
+    cpus = _cpus(where + ".cpus", binding["cpus"])
+    nodes = set(_nodes(where + ".mems", binding["mems"], minimum=1))
+    vc.choice(where + ".policy", binding["policy"], ("bind", "interleave"))
+    if not isinstance(binding["by_node"], bool):
+        vc.fail(where + ".by_node", "must be a boolean", binding["by_node"])
+    mode = vc.choice(where + ".mode", binding.get("mode", "process"), ("process", "per_worker"))
+    workers = _list(where + ".workers", binding.get("workers", []), MAX_GPUS_PER_HOST)
+    for i, worker in enumerate(workers):
+        at = "%s.workers[%d]" % (where, i)
+        worker = _mapping(at, worker)
+        _index(at + ".gpu_index", worker.get("gpu_index"))
+        nodes.add(_int(at + ".node", worker.get("node"), 0, MAX_NUMA_NODE))
+        cpus |= _cpus(at + ".cpus", worker.get("cpus", ""), allow_empty=True)
+    if mode == "per_worker" and [w.get("gpu_index") for w in workers] != indices:
+        vc.fail(where + ".workers", "must hold one entry per GPU in the order of gpu_indices",
+                [w.get("gpu_index") for w in workers])
+    return {"cpus": cpus, "nodes": nodes}
+
+
+def _check_stage(where, stage, indices):
+    stage = _mapping(where, stage)
+    stage_gpus = [_index("%s.gpu_indices[%d]" % (where, i), g)
+                  for i, g in enumerate(_list(where + ".gpu_indices", stage.get("gpu_indices", []),
+                                              MAX_GPUS_PER_HOST))]
+    if not set(stage_gpus) <= set(indices):
+        vc.fail(where + ".gpu_indices", "must be GPUs of the instance's gpu_indices", stage_gpus)
+    return set(_nodes(where + ".numa_nodes", stage.get("numa_nodes", [])))
+
+
+def _check_multinode_field(where, value, host, pp_size):
+    if value is None:
+        return None
+    value = _mapping(where, value)
+    for field in ("nnodes", "node_rank", "head", "hosts", "master_port"):
+        if field not in value:
+            vc.fail(where, "lacks %s (multi-node entries carry nnodes, node_rank, head, hosts, master_port)"
+                    % field, sorted(str(k) for k in value))
+    nnodes = _int(where + ".nnodes", value["nnodes"], 2, 1024)
+    rank = _int(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
+    hosts = [_host("%s.hosts[%d]" % (where, i), h) for i, h in enumerate(_list(where + ".hosts", value["hosts"], 1024))]
+    if len(hosts) != nnodes or len(set(hosts)) != nnodes:
+        vc.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
+    if hosts[rank] != host:
+        vc.fail(where + ".node_rank", "must be this entry's host's place in hosts (%s is rank %d)"
+                % (host, hosts.index(host) if host in hosts else -1), rank)
+    if value["head"] != hosts[0]:
+        vc.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
+    if pp_size % nnodes:
+        vc.fail(where + ".nnodes", "must divide pp_size %d" % pp_size, nnodes)
+    master_port = _port(where + ".master_port", value["master_port"])
+    for i, nic in enumerate(_list(where + ".nics", value.get("nics", []), MAX_NICS)):
+        nic = _mapping("%s.nics[%d]" % (where, i), nic)
+        for j, interface in enumerate(_list("%s.nics[%d].interfaces" % (where, i), nic.get("interfaces", []),
+                                            MAX_NICS)):
+            _short_text("%s.nics[%d].interfaces[%d]" % (where, i, j), interface)
+    return {"nnodes": nnodes, "rank": rank, "hosts": tuple(hosts), "master_port": master_port}
+
+
+def _check_unused(where, entry, hosts, records):
+    entry = _mapping(where, entry)
+    host = _host(where + ".host", entry.get("host"), hosts)
+    gpu_id = None if entry.get("id") is None else vc.text(where + ".id", entry["id"], _GPU_ID, _GPU_ID_RULE)
+    index = _index(where + ".index", entry.get("index"))
+    _short_text(where + ".reason", entry.get("reason"), allow_none=True)
+    record = records.get(host)
+    if record is not None and gpu_id is not None and (gpu_id not in record["gpus"] or record["gpus"][gpu_id] != index):
+        vc.fail(where, "must be a GPU this host has (its record: %s)" % _show_gpus(record), [gpu_id, index])
+
+
+def _show_gpus(record):
+    return ", ".join("%s=%s" % (g, i) for g, i in sorted(record["gpus"].items(), key=lambda item: str(item[1])))[
+        :200] or "none"
+
+
+def _check_per_host(checked, hosts, records):
+    """Per host: at most one instance per GPU, no GPU, name or port twice, and
+    only the GPUs, NUMA nodes and CPUs its record lists."""
+    by_host = {}
+    for inst in checked:
+        by_host.setdefault(inst["host"], []).append(inst)
+    for host, entries in sorted(by_host.items()):
+        count = hosts[host]["gpus"]
+        used = sum(len(inst["gpus"]) for inst in entries)
+        if used > count:
+            vc.fail("hosts.%s.gpus" % vc.show(host), "must be at least the GPUs its instances use (%d in %d "
+                    "instances)" % (used, len(entries)), count)
+        seen = {}
+        for inst in entries:
+            keys = [("name", inst["name"])] + [("port", p) for p in inst["ports"]] + [
+                ("GPU", g) for pair in inst["gpus"] for g in pair if g is not None]
+            for key in keys:
+                if key in seen:
+                    vc.fail(inst["where"], "must not share %s %s with %s on host %s"
+                            % (key[0], key[1], seen[key], host), inst["name"])
+                seen[key] = inst["where"]
+            if records.get(host) is not None:
+                _check_against_record(inst, records[host])
+
+
+def _check_against_record(inst, record):
+    where = inst["where"]
+    for gpu_id, index in inst["gpus"]:
+        if record["gpus"].get(gpu_id) != index:
+            vc.fail(where + ".gpus", "must be GPUs this host has (its record: %s)" % _show_gpus(record),
+                    [gpu_id, index])
+    outside = sorted(inst["nodes"] - record["numa_nodes"])
+    if outside:
+        vc.fail(where + ".binding.mems", "must be NUMA nodes this host has (%s)"
+                % ", ".join(str(n) for n in sorted(record["numa_nodes"])), outside)
+    outside = inst["cpus"] - record["cpus"]
+    if outside:
+        vc.fail(where + ".binding.cpus", "must be CPUs this host has (%s)" % format_cpulist(record["cpus"]),
+                format_cpulist(outside))
+
+
+def _check_multinode(checked):
+    """A multi-node instance has exactly one entry on each of its hosts, and they agree."""
+    groups = {}
+    for inst in checked:
+        if inst["multinode"] is not None:
+            groups.setdefault((inst["name"], inst["multinode"]["hosts"]), []).append(inst)
+    for (name, hosts), entries in sorted(groups.items()):
+        first = entries[0]
+        on = sorted(inst["host"] for inst in entries)
+        if on != sorted(hosts):
+            vc.fail(first["where"] + ".multinode.hosts", "must each hold one entry of instance %s (entries on: %s)"
+                    % (name, ", ".join(on)), list(hosts))
+        for inst in entries[1:]:
+            for field in ("tp_size", "pp_size", "serves"):
+                if inst[field] != first[field]:
+                    vc.fail(inst["where"] + "." + field, "must be the same on every host of multi-node instance "
+                            "%s (%s has %s)" % (name, first["where"], vc.show(first[field])), inst[field])
+            if inst["multinode"]["master_port"] != first["multinode"]["master_port"]:
+                vc.fail(inst["where"] + ".multinode.master_port", "must be the same on every host of multi-node "
+                        "instance %s" % name, inst["multinode"]["master_port"])

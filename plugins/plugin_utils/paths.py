@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Paths the controller writes: where they come from and where they stay.
+
+A name that becomes a file name on the controller (an inventory host
+name) is a plain file name, and a file written into a directory stays in
+that directory: a host named "../group_vars/all" must not replace the
+inventory's group_vars/all.yml with a capture. Controller-side paths are
+absolute: a relative one would be read beside the playbook (lookup) and
+written beside the current directory (copy).
+
+Errors follow value_checks: ValueError("VARIABLE: RULE (got VALUE)").
+Controller only (os.path on the controller's file system).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import fail, text
+
+# Letters, digits and the punctuation host names and IP addresses use; not
+# starting with a dot (no ".", "..", or hidden files) or a dash.
+_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9_@+=:,~\[\]][A-Za-z0-9._@+=:,~\[\]-]{0,199}")
+
+
+def plain_file_name(name, value):
+    """A name that is used as one file name: no '/', no '..', no leading dot
+    or dash, no control characters, at most 200 characters."""
+    return text(name, value, _PLAIN_FILE_NAME, max_length=200,
+                rule="must be a plain file name (letters, digits and ._@+=:,~[]- only, not starting with '.' or '-', "
+                     "no '/')")
+
+
+def controller_path(name, value):
+    """An absolute path on the controller, normalised (no '..' left)."""
+    text(name, value)
+    if not os.path.isabs(value):
+        fail(name, "must be an absolute path on the controller (a relative one would be read beside the playbook "
+                   "and written beside the current directory)", value)
+    if "{{" in value or "{%" in value:
+        # ansible-core 2.17/2.18 hand on a value of hostvars['localhost'] whose
+        # template fails (inventory_dir, say) as the template's own text.
+        fail(name, "must not hold an unrendered template (set it for the controller without inventory_dir)", value)
+    if value.endswith("/"):
+        fail(name, "must name a file, not a directory", value)
+    return os.path.normpath(value)
+
+
+def path_under(name, path, directory):
+    """path, when it stays inside directory (both as written and with the
+    symlinks of its existing parents resolved); ValueError otherwise."""
+    directory = os.path.normpath(os.path.abspath(directory))
+    path = os.path.normpath(os.path.abspath(path))
+    inside = path.startswith(directory.rstrip(os.sep) + os.sep)
+    if inside:
+        real_directory = os.path.realpath(directory)
+        real_parent = os.path.realpath(os.path.dirname(path))
+        inside = real_parent == real_directory or real_parent.startswith(real_directory.rstrip(os.sep) + os.sep)
+    if not inside:
+        fail(name, "must stay inside %s" % directory, path)
+    return path
+
+
+def file_in_directory(directory, file_name, suffix="", directory_variable="directory", file_variable="file name"):
+    """directory/file_name+suffix, after checking that file_name is a plain
+    file name and that the path stays inside directory."""
+    text(directory_variable, directory)
+    plain_file_name(file_variable, file_name)
+    return path_under(file_variable, os.path.join(directory, file_name + suffix), directory)
+
+
+def inventory_directory(sources):
+    """The controller's inventory directory: the first inventory source
+    when it is a directory, else the directory that holds it (what
+    inventory_dir is for the hosts of a one-source inventory; the implicit
+    localhost has no inventory_dir of its own)."""
+    if not isinstance(sources, (list, tuple)) or not sources or not isinstance(sources[0], str):
+        fail("ansible_inventory_sources", "must hold at least one inventory path", sources)
+    first = os.path.abspath(sources[0])
+    return first if os.path.isdir(first) else os.path.dirname(first)
