@@ -17,7 +17,6 @@ import pathlib
 import shutil
 import struct
 import subprocess
-import sys
 
 import pytest
 
@@ -26,7 +25,6 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement  # noqa: E402
-
 from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes  # noqa: E402
 
 WIDTH, HEIGHT = 1400, 2600

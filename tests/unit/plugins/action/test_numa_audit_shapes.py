@@ -12,8 +12,6 @@ send back); everything from there on is the real action and filters."""
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import types
 
 import pytest
@@ -24,8 +22,7 @@ from ansible_collections.gpufleet.numa.plugins.action.numa_audit import ActionMo
 from ansible_collections.gpufleet.numa.plugins.filter import audit_views
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_shape
-
-from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes  # noqa: E402
+from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes
 
 SOME = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """The size limits of plugins/ (docs/development.md): no module_utils or
 plugin_utils file over 400 lines, no function or method anywhere in plugins/
 over 80 lines. Prints what is over and exits 1; prints nothing and exits 0
 when all is within.
 
-    scripts/size_check            # the limits
-    scripts/size_check --top 10   # the ten longest functions, for reading
+    python scripts/size_check.py            # the limits
+    python scripts/size_check.py --top 10   # the ten longest functions, for reading
 """
 import argparse
 import ast
