@@ -143,8 +143,9 @@ SET_TITLE = (
 
 
 def test_module_live_masks_every_secret_form_of_real_processes(tmp_path):
-    from test_secret_mask import FORMS, assert_hidden, secrets_of  # noqa: E402
-    from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report  # noqa: E402
+    from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.common.test_secret_mask import (  # noqa: E402
+        FORMS, assert_hidden, secrets_of)
+    from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html, report_text  # noqa: E402
 
     argv, titles, secrets = [], [], []
     for number, (dummy_id, words) in enumerate(FORMS):
@@ -178,7 +179,7 @@ def test_module_live_masks_every_secret_form_of_real_processes(tmp_path):
     assert len(titled) == len(titles)
     assert all(len(p["argv"]) == 1 and " " in p["argv"][0] for p in titled), titled
     assert_hidden({"output": out, "capture": yaml.safe_dump(live["capture"]),
-                   "table": "\n".join(audit_report.text_table([live])), "html": audit_report.html_report([live])},
+                   "table": "\n".join(report_text.text_table([live])), "html": report_html.html_report([live])},
                   secrets)
 
 
