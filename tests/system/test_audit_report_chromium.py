@@ -17,7 +17,6 @@ import pathlib
 import shutil
 import struct
 import subprocess
-import sys
 
 import pytest
 

@@ -57,4 +57,3 @@ def gather_capture(capture, hostname=None):
     reader = CaptureReader(data)
     facts = topology.gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
     return facts, gpu_processes.read_processes(reader)
-

@@ -114,6 +114,19 @@ def test_module_live_records_a_real_process_and_the_replay_agrees(tmp_path):
     assert replay["processes"] == live["processes"]
 
 
+def test_module_live_read_problems_are_warnings_not_a_failure(tmp_path):
+    # ansible-core 2.19 turns a module's own warnings into records, not text:
+    # a read problem used to fail the host ("result.warnings[0]: must be a string").
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "not, a line"\n')
+    smi.chmod(0o755)
+    rc, live, out = ad_hoc("nvidia_smi=%s" % smi)
+    assert rc == 0, out
+    assert live["process_source"] == "nvidia-smi" and live["processes"] == []
+    # the callback shows the result's warnings as warnings, not in the result
+    assert "[WARNING]" in out and "not, a line" in out
+    assert "deprecated" not in out
+
 def test_module_fail_on_severity_and_missing_plan(tmp_path):
     dummy_inventory, dummy_plan, capture = trap_files(tmp_path)
     rc, result, out = ad_hoc("capture=%s fail_on_severity=critical" % capture)

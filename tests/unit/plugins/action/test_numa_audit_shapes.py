@@ -12,8 +12,6 @@ send back); everything from there on is the real action and filters."""
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import types
 
 import pytest
