@@ -1,17 +1,19 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Action for gpufleet.numa.numa_audit: controller-side inputs.
+"""Action for gpufleet.numa.numa_audit: the module on the target only
+reads; everything else happens here, once.
 
 - capture=: the capture is replayed here by the same module_utils code the
   module runs; the target is never contacted.
-- plan=: the deployed plan is read here, and the findings are computed
-  here from the module's topology and processes (or the replay), so the
-  plan never travels to the target.
-- fail_on_severity is applied here, after the plan's findings are in.
+- The findings, the drift from plan= and the summary are computed here
+  (module_utils/audit/result.py) from the module's topology and processes
+  (or the replay); the plan never travels to the target, and neither does
+  the code that judges it.
+- fail_on_severity and memory_threshold are applied here.
 - What the module returns is the host's data: its shape is checked here
-  (module_utils/audit/result.py) and only the fields the audit defines are
-  kept; a crafted result fails this host alone, naming the field.
+  (plugin_utils/host_results.py) and only the fields the module defines
+  are kept; a crafted result fails this host alone, naming the field.
 """
 
 from __future__ import annotations
@@ -23,12 +25,16 @@ from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import drift
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_shape
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
+# What the module on the target is given: how to read, nothing to judge with.
+READER_ARGS = ("root", "record", "nvml", "nvidia_smi")
 
 
 def load_plan(path):
@@ -87,10 +93,10 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         host = task_vars.get("inventory_hostname")
         severity = args.pop("fail_on_severity", None) or "none"
-        if severity != "none" and severity not in audit.SEVERITIES:
+        if severity != "none" and severity not in locality.SEVERITIES:
             return dict(result, failed=True, msg="fail_on_severity: must be one of none, %s (got %s)"
-                        % (", ".join(audit.SEVERITIES), show(severity)))
-        threshold = args.get("memory_threshold", audit.DEFAULT_MEMORY_THRESHOLD)
+                        % (", ".join(locality.SEVERITIES), show(severity)))
+        threshold = args.get("memory_threshold", locality.DEFAULT_MEMORY_THRESHOLD)
         try:
             threshold = int(threshold)
         except (TypeError, ValueError):
@@ -104,7 +110,7 @@ class ActionModule(ActionBase):
                             "playbook directory and %s)" % (plan, os.getcwd()))
             try:
                 deployed = load_plan(path)
-                audit.deployed_for_host(deployed, host)
+                drift.deployed_for_host(deployed, host)
             except ValueError as exc:
                 return dict(result, failed=True, msg="plan %s: %s" % (plan, to_text(exc)))
             result["plan_file"] = path
@@ -123,22 +129,22 @@ class ActionModule(ActionBase):
             result["capture_file"] = path
             extra = {}
         else:
-            args["fail_on_severity"] = "none"
-            module = self._execute_module(module_args=args, task_vars=task_vars)
+            module_args = dict((key, value) for key, value in args.items() if key in READER_ARGS)
+            module = self._execute_module(module_args=module_args, task_vars=task_vars)
             if not isinstance(module, dict) or module.get("failed"):
                 return dict(result, failed=True, msg=module_failure(module, host))
             try:
-                facts, processes, capture = audit_shape.module_result(module, host)
+                facts, processes, capture = host_results.audit_module_result(module, host)
             except ValueError as exc:
                 return dict(result, failed=True, msg=to_text(exc))
             extra = {} if capture is None else {"capture": capture}
         try:
-            result.update(audit_gather.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold))
+            result.update(audit_result.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold))
         except ValueError as exc:
             return dict(result, failed=True, msg="numa_audit %s: %s" % (host, to_text(exc)))
         result.update(extra)
         result["changed"] = False
-        failed, msg = audit_gather.gate(result, severity)
+        failed, msg = audit_result.gate(result, severity)
         if failed:
             result.update(failed=True, msg=msg)
         return result

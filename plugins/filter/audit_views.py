@@ -2,27 +2,31 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters that present numa_audit results: a text table, an HTML report,
-and the findings at or above a severity (for a CI gate)."""
+and the findings at or above a severity (for a CI gate). Each host result
+is checked first (plugin_utils/host_results.py): one of the wrong shape is
+reported as invalid and the other hosts as they are."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_text
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 
 
 def audit_table(results):
     try:
-        return audit_report.text_table(list(results or []))
+        return report_text.text_table(host_results.audit_results(list(results or [])))
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.audit_table: %s" % exc)
 
 
 def audit_html(results, title="GPU / NUMA topology audit", generated=None):
     try:
-        return audit_report.html_report(list(results or []), title=str(title), generated=generated)
+        return report_html.html_report(host_results.audit_results(list(results or [])), title=str(title), generated=generated)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.audit_html: %s" % exc)
 
@@ -33,8 +37,8 @@ def audit_findings(results, severity="info", variable="severity"):
     if severity == "none":
         return []
     try:
-        value_checks.choice(str(variable), severity, ("none",) + audit.SEVERITIES)
-        return audit.at_or_above(audit_report.all_findings(list(results or [])), severity)
+        value_checks.choice(str(variable), severity, ("none",) + locality.SEVERITIES)
+        return locality.at_or_above(report_text.all_findings(host_results.audit_results(list(results or []))), severity)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.audit_findings: %s" % exc)
 

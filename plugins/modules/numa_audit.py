@@ -24,6 +24,11 @@ description:
     change, by planning the host again with the deployed options.
   - Every finding has a severity (info, warning, error, critical), the subject (process or instance), a
     message and the fix. See C(docs/audit.md).
+  - The module on the target only reads - the topology facts, the GPU processes and, with O(record=true), the
+    capture - and returns C(topology), C(process_source), C(processes), C(process_warnings) and C(capture). The findings,
+    the drift from O(plan), C(groups), C(instances), C(today_plan), C(counts), C(worst) and C(summary) are
+    computed once, on the controller, by the action plugin (so neither the planner nor the report code is
+    sent to the target).
   - With O(capture), nothing runs on the target - the action plugin replays a recorded capture on the
     controller through the same code. With O(record=true) the result also holds C(capture).
   - Only the device selection variables of a process's environment are read (C(CUDA_VISIBLE_DEVICES),
@@ -71,12 +76,13 @@ options:
   memory_threshold:
     description:
       - Percentage of a process's resident memory on NUMA nodes other than its GPUs' at which that is a
-        finding (a warning; an error from 50).
+        finding (a warning; an error from 50). Applied by the action plugin.
     type: int
     default: 20
   fail_on_severity:
     description:
-      - Fail the task when a finding has this severity or a worse one; C(none) never fails.
+      - Fail the task when a finding has this severity or a worse one; C(none) never fails. Applied by the
+        action plugin.
     type: str
     choices: [none, info, warning, error, critical]
     default: none
@@ -122,7 +128,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 host:
-  description: The host the findings are about (the inventory name when run through the action plugin).
+  description: The host the findings are about (its inventory name; set by the action plugin).
   returned: always
   type: str
   sample: gpu-a
@@ -197,7 +203,7 @@ processes:
       type: dict
       sample: {CUDA_VISIBLE_DEVICES: "4,5,6,7", CUDA_DEVICE_ORDER: PCI_BUS_ID}
 findings:
-  description: Worst first.
+  description: Worst first. Computed on the controller.
   returned: always
   type: list
   elements: dict
@@ -245,7 +251,8 @@ findings:
       type: str
       sample: vllm-1
 groups:
-  description: Process groups (one per session) with their GPUs and where they actually run.
+  description: Process groups (one per session) with their GPUs and where they actually run. Computed on the
+    controller.
   returned: always
   type: list
   elements: dict
@@ -310,7 +317,7 @@ groups:
       type: int
       sample: 0
 instances:
-  description: With O(plan), each planned instance of this host and its state today.
+  description: With O(plan), each planned instance of this host and its state today. Computed on the controller.
   returned: always
   type: list
   elements: dict
@@ -344,28 +351,30 @@ instances:
       sample: [4242, 4301]
 today_plan:
   description: With O(plan), the host planned again from today's facts with the deployed options (the
-    socket_local_groups result, docs/plan.md); null without a plan or when planning failed.
+    socket_local_groups result, docs/plan.md); null without a plan or when planning failed. Computed on the
+    controller.
   returned: always
   type: dict
   sample: {host: gpu-a, groups: [], unused: [], warnings: []}
 counts:
-  description: Number of findings per severity.
+  description: Number of findings per severity. Computed on the controller.
   returned: always
   type: dict
   sample: {info: 0, warning: 1, error: 0, critical: 2}
 worst:
-  description: The worst severity found; null without findings.
+  description: The worst severity found; null without findings. Computed on the controller.
   returned: always
   type: str
   sample: critical
 warnings:
-  description: Problems reading the processes (unreadable /proc files, unparsable lines).
+  description: Problems reading the processes (unreadable /proc files, unparsable lines). The module sends them
+    to the action plugin as C(process_warnings).
   returned: always
   type: list
   elements: str
   sample: []
 summary:
-  description: Human-readable lines - the topology summary, then the findings table.
+  description: Human-readable lines - the topology summary, then the findings table. Computed on the controller.
   returned: always
   type: list
   elements: str
@@ -381,9 +390,13 @@ capture:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvml import import_pynvml
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import C_LOCALE, module_which
+
+# The findings code runs on the controller: the severities are spelled out
+# here, not imported (tests hold them equal to audit/locality.py's).
+SEVERITIES = ("info", "warning", "error", "critical")
+DEFAULT_MEMORY_THRESHOLD = 20
 
 ARGUMENT_SPEC = dict(
     root=dict(type="path", default="/"),
@@ -392,19 +405,25 @@ ARGUMENT_SPEC = dict(
     plan=dict(type="path"),
     nvml=dict(type="bool", default=True),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
-    memory_threshold=dict(type="int", default=audit.DEFAULT_MEMORY_THRESHOLD),
-    fail_on_severity=dict(type="str", default="none", choices=["none"] + list(audit.SEVERITIES)),
+    memory_threshold=dict(type="int", default=DEFAULT_MEMORY_THRESHOLD),
+    fail_on_severity=dict(type="str", default="none", choices=["none"] + list(SEVERITIES)),
 )
+# Options the action plugin applies on the controller; the module never sees them set.
+CONTROLLER_OPTIONS = ("capture", "plan")
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    for name in ("capture", "plan"):
+    for name in CONTROLLER_OPTIONS:
         if params[name]:
             module.fail_json(
                 msg="%s=%s is read on the controller by the gpufleet.numa.numa_audit action plugin; call the module "
                 "by that name (or through the collection's ansible.cfg)" % (name, params[name]))
+    if params["fail_on_severity"] != "none":
+        module.fail_json(
+            msg="fail_on_severity=%s is applied on the controller by the gpufleet.numa.numa_audit action plugin "
+            "(the findings are computed there); call the module by that name" % params["fail_on_severity"])
 
     def runner(argv):
         return module.run_command(argv, environ_update=C_LOCALE)
@@ -415,15 +434,14 @@ def main():
         facts, processes, capture = audit_gather.gather_live(
             root=params["root"], runner=runner, which=which, nvidia_smi_binary=params["nvidia_smi"],
             pynvml=pynvml, use_nvml=params["nvml"], record=params["record"])
-        result = audit_gather.audit_result(facts, processes, facts.get("hostname"), memory_threshold=params["memory_threshold"])
     except ValueError as exc:
         module.fail_json(msg="numa_audit: %s" % exc)
-    result["changed"] = False
+    # Not under warnings: ansible-core 2.19 makes a module's warnings its own
+    # records (not text) and deprecates passing them to exit_json.
+    result = dict(changed=False, topology=facts, process_source=processes.get("source"),
+                  processes=processes.get("processes") or [], process_warnings=list(processes.get("warnings") or []))
     if capture is not None:
         result["capture"] = capture
-    failed, msg = audit_gather.gate(result, params["fail_on_severity"])
-    if failed:
-        module.fail_json(msg=msg, **result)
     module.exit_json(**result)
 
 

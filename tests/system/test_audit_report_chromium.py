@@ -23,7 +23,8 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement  # noqa: E402
 from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes  # noqa: E402
 
@@ -42,13 +43,13 @@ def results():
     out = []
     facts, processes = audit_gather.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS))
     deployed = {"options": {"tp_size": 4}, "plan": placement.plan_fleet({"dgx2-a": facts}, tp_size=4)}
-    out.append(audit_gather.audit_result(facts, processes, "dgx2-a", deployed))
+    out.append(audit_result.audit_result(facts, processes, "dgx2-a", deployed))
     facts, processes = audit_gather.gather_capture(capture_with_processes(
         "azure_ndv4_like", {"tp_server": ["0001:00:00.0", "0002:00:00.0"], "tp_server_worker": ["0003:00:00.0"],
                             "unbound": ["000d:00:00.0"]}))
-    out.append(audit_gather.audit_result(facts, processes, "ndv4-b"))
+    out.append(audit_result.audit_result(facts, processes, "ndv4-b"))
     facts, processes = audit_gather.gather_capture(capture_with_processes("rtx4090_8gpu_pcie_switch_quads", {}))
-    out.append(audit_gather.audit_result(facts, processes, "rtx-c"))
+    out.append(audit_result.audit_result(facts, processes, "rtx-c"))
     return out
 
 
@@ -59,7 +60,7 @@ def png_size(data):
 
 def test_report_renders_in_headless_chromium(tmp_path, request):
     page = tmp_path / "audit.html"
-    page.write_text(audit_report.html_report(results(), generated="test"))
+    page.write_text(report_html.html_report(results(), generated="test"))
     shot = tmp_path / "audit.png"
     base = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
             "--user-data-dir=%s" % (tmp_path / "profile")]

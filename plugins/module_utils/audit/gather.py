@@ -1,22 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""What the audit reads, live or from a capture, through one reader seam,
-and the result the module and its action plugin return.
+"""What the audit reads, live or from a capture, through one reader seam.
 
 gather_live() reads the running machine (topology and GPU processes) and,
 with record=True, returns the capture of everything it read;
 gather_capture() replays such a capture. Both return the same
-(facts, processes) pair, so audit.audit_host() cannot tell them apart.
-Standard library only (runs on targets).
+(facts, processes) pair, so result.audit_host() on the controller cannot
+tell them apart. Nothing here judges what it read: the findings are the
+controller's (locality.py, drift.py). Standard library only (runs on
+targets).
 """
 
 from __future__ import annotations
 
 import socket
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import processes as gpu_processes
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
@@ -58,22 +57,3 @@ def gather_capture(capture, hostname=None):
     reader = CaptureReader(data)
     facts = topology.gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
     return facts, gpu_processes.read_processes(reader)
-
-
-def audit_result(facts, processes, host, deployed=None, memory_threshold=audit.DEFAULT_MEMORY_THRESHOLD):
-    """The module's result dict (without changed/capture); ValueError on bad input."""
-    result = audit.audit_host(facts, processes, host=host, deployed=deployed, memory_threshold=memory_threshold)
-    result["topology"] = facts
-    result["processes"] = processes.get("processes") or []
-    result["summary"] = topology.summary(facts) + audit_report.text_table([result])
-    return result
-
-
-def gate(result, severity):
-    """(failed, msg) for fail_on_severity."""
-    if severity in (None, "none"):
-        return False, None
-    hits = audit.at_or_above(result["findings"], severity)
-    if not hits:
-        return False, None
-    return True, "%s: %d finding(s) at or above %s; first: %s" % (result["host"], len(hits), severity, hits[0]["message"])

@@ -114,6 +114,19 @@ def test_module_live_records_a_real_process_and_the_replay_agrees(tmp_path):
     assert replay["processes"] == live["processes"]
 
 
+def test_module_live_read_problems_are_warnings_not_a_failure(tmp_path):
+    # ansible-core 2.19 turns a module's own warnings into records, not text:
+    # a read problem used to fail the host ("result.warnings[0]: must be a string").
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "not, a line"\n')
+    smi.chmod(0o755)
+    rc, live, out = ad_hoc("nvidia_smi=%s" % smi)
+    assert rc == 0, out
+    assert live["process_source"] == "nvidia-smi" and live["processes"] == []
+    # the callback shows the result's warnings as warnings, not in the result
+    assert "[WARNING]" in out and "not, a line" in out
+    assert "deprecated" not in out
+
 def test_module_fail_on_severity_and_missing_plan(tmp_path):
     dummy_inventory, dummy_plan, capture = trap_files(tmp_path)
     rc, result, out = ad_hoc("capture=%s fail_on_severity=critical" % capture)
@@ -143,8 +156,9 @@ SET_TITLE = (
 
 
 def test_module_live_masks_every_secret_form_of_real_processes(tmp_path):
-    from test_secret_mask import FORMS, assert_hidden, secrets_of  # noqa: E402
-    from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report  # noqa: E402
+    from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.common.test_secret_mask import (  # noqa: E402
+        FORMS, assert_hidden, secrets_of)
+    from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html, report_text  # noqa: E402
 
     argv, titles, secrets = [], [], []
     for number, (dummy_id, words) in enumerate(FORMS):
@@ -178,7 +192,7 @@ def test_module_live_masks_every_secret_form_of_real_processes(tmp_path):
     assert len(titled) == len(titles)
     assert all(len(p["argv"]) == 1 and " " in p["argv"][0] for p in titled), titled
     assert_hidden({"output": out, "capture": yaml.safe_dump(live["capture"]),
-                   "table": "\n".join(audit_report.text_table([live])), "html": audit_report.html_report([live])},
+                   "table": "\n".join(report_text.text_table([live])), "html": report_html.html_report([live])},
                   secrets)
 
 

@@ -21,18 +21,19 @@ from hypothesis import strategies as st
 from ansible_collections.gpufleet.numa.plugins.action.numa_audit import ActionModule
 from ansible_collections.gpufleet.numa.plugins.filter import audit_views
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_shape
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes
 
 SOME = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def module_answer():
-    """What the module returns on the DGX-2 trap (record=true)."""
+    """What the module returns on the DGX-2 trap (record=true): what it
+    read, nothing judged (the findings are the action's)."""
     facts, processes = audit_gather.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS, hostname="dgx2h"))
-    answer = audit_gather.audit_result(facts, processes, "dgx2h")
-    answer.update(changed=False, capture={"capture_version": 1, "hostname": "dgx2h", "files": {}})
-    return answer
+    return {"changed": False, "topology": facts, "process_source": processes["source"],
+            "processes": processes["processes"], "process_warnings": processes["warnings"], "warnings": [],
+            "capture": {"capture_version": 1, "hostname": "dgx2h", "files": {}}}
 
 
 GOOD = module_answer()
@@ -91,11 +92,12 @@ SHAPES = [
     ("environment_nested", ["processes", 0, "environment"], {"CUDA_VISIBLE_DEVICES": NESTED},
      "result.processes[0].environment['CUDA_VISIBLE_DEVICES']: must be a string"),
     ("cpus_allowed_huge", ["processes", 0, "cpus_allowed"], "0-99999999", "result.processes[0].cpus_allowed: must be a CPU"),
-    ("processes_huge", ["processes"], [{"pid": 1, "gpus": []}] * (audit_shape.MAX_ITEMS + 1),
+    ("processes_huge", ["processes"], [{"pid": 1, "gpus": []}] * (host_results.MAX_ITEMS + 1),
      "result.processes: must hold at most 4096 items"),
     ("argv_word_int", ["processes", 0, "argv"], ["vllm", 7], "result.processes[0].argv[1]: must be a string"),
     ("source_int", ["process_source"], 7, "result.process_source: must be nvml, nvidia-smi or null"),
     ("warnings_text", ["warnings"], "oops", "result.warnings: must be a list"),
+    ("process_warnings_int", ["process_warnings"], [7], "result.process_warnings[0]: must be a string"),
     ("capture_text", ["capture"], "files: {}", "capture result.capture must be a mapping"),
     ("capture_files_int", ["capture", "files"], 1, "capture result.capture: files must be a mapping"),
 ]
@@ -129,6 +131,30 @@ def test_failed_module_answer_keeps_only_its_message():
     assert result == {"failed": True, "msg": "numa_audit: boom"}
     result = run_action({"failed": True, "msg": {"not": "text"}})
     assert result["failed"] and result["msg"].startswith("numa_audit gpu-a: the module failed without a message")
+
+
+def test_process_warnings_reach_the_result_beside_ansibles_own_warnings():
+    # ansible-core 2.19 turns a module's warnings into its own records (not
+    # text): the audit's read problems travel as process_warnings.
+    record = type("WarningSummary", (), {})()
+    answer = dict(GOOD, process_warnings=["nvidia-smi compute apps line 1 is not 'pid, bus id': 'x'"],
+                  warnings=[record])
+    result = run_action(answer)
+    assert not result.get("failed"), result.get("msg")
+    assert result["warnings"] == answer["process_warnings"]
+
+
+def test_the_module_is_sent_only_how_to_read():
+    sent = []
+    task = types.SimpleNamespace(args={"record": True, "memory_threshold": 30, "fail_on_severity": "critical",
+                                       "nvidia_smi": "/opt/bin/nvidia-smi"}, async_val=0, check_mode=False,
+                                 action="gpufleet.numa.numa_audit")
+    connection = types.SimpleNamespace(_shell=types.SimpleNamespace(tmpdir="/nonexistent"))
+    action = ActionModule(task, connection, None, None, None)
+    action._execute_module = lambda module_args=None, task_vars=None: sent.append(module_args) or copy.deepcopy(GOOD)
+    result = action.run(task_vars={"inventory_hostname": "gpu-a"})
+    assert sent == [{"record": True, "nvidia_smi": "/opt/bin/nvidia-smi"}]
+    assert result["failed"] and result["msg"].startswith("gpu-a: 4 finding(s) at or above critical")
 
 
 # ------------------------------------------------------------ the report filters
@@ -186,7 +212,7 @@ def _paths(value, prefix=()):
 
 
 _MODULE_PATHS = [p for p in _paths({k: GOOD[k] for k in ("topology", "processes", "process_source", "warnings",
-                                                         "capture")}) if p]
+                                                         "process_warnings", "capture")}) if p]
 
 
 @SOME

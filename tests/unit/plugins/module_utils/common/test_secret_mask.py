@@ -21,7 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_text
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import processes as gpu_processes
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.secret_mask import MASK, is_secret_name, mask_argv, mask_text
 
@@ -117,8 +119,8 @@ def rendered(result, capture=None):
     return {
         "result": json.dumps(result, sort_keys=True),
         "capture": yaml.safe_dump(capture) if capture is not None else "",
-        "table": "\n".join(audit_report.text_table([result])),
-        "html": audit_report.html_report([result]),
+        "table": "\n".join(report_text.text_table([result])),
+        "html": report_html.html_report([result]),
     }
 
 
@@ -138,7 +140,7 @@ def test_audit_never_shows_a_command_line_secret(tmp_path, number, form):
     smi = live_tree(root, files, tmp_path)
     facts, processes, capture = audit_gather.gather_live(root=str(root), nvidia_smi_binary=smi, use_nvml=False,
                                                          record=True, hostname="gpu-a")
-    result = audit_gather.audit_result(facts, processes, "gpu-a")
+    result = audit_result.audit_result(facts, processes, "gpu-a")
     result["capture"] = capture
     assert [p["pid"] for p in result["processes"]] == [PID]
     assert MASK in " ".join(result["processes"][0]["argv"])
@@ -149,7 +151,7 @@ def test_audit_never_shows_a_command_line_secret(tmp_path, number, form):
            "files": dict(("/proc/%d/%s" % (PID, name), text) for name, text in files.items()),
            "commands": {gpu_processes.COMPUTE_APPS_COMMAND: "%d, 00000000:1A:00.0\n" % PID}}
     facts, processes = audit_gather.gather_capture(raw)
-    assert_hidden(rendered(audit_gather.audit_result(facts, processes, "gpu-a")), list(values.values()) + [secret(99)])
+    assert_hidden(rendered(audit_result.audit_result(facts, processes, "gpu-a")), list(values.values()) + [secret(99)])
 
 
 def test_audit_masks_a_secret_in_the_process_name_and_stat():
