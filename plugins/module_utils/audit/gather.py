@@ -18,13 +18,11 @@ import socket
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report as audit_report
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import processes as gpu_processes
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
-    CaptureReader,
-    LiveReader,
-    RecordingReader,
-    load_capture,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary as topology_summary
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, RecordingReader
 
 
 def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi", pynvml=None,
@@ -65,7 +63,7 @@ def audit_result(facts, processes, host, deployed=None, memory_threshold=audit.D
     result = audit.audit_host(facts, processes, host=host, deployed=deployed, memory_threshold=memory_threshold)
     result["topology"] = facts
     result["processes"] = processes.get("processes") or []
-    result["summary"] = topology.summary(facts) + audit_report.text_table([result])
+    result["summary"] = topology_summary(facts) + audit_report.text_table([result])
     return result
 
 
