@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.findings import SEVERITIES
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import validate_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import validate_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 
 MAX_ITEMS = 4096        # GPUs, NUMA nodes, processes, findings of one host
