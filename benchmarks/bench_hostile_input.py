@@ -139,7 +139,7 @@ def plan_child(name):
     from ansible.errors import AnsibleFilterError
 
     from ansible_collections.gpufleet.numa.plugins.filter.placement import fleet_plan
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 
     count, nodes, per_socket, links, tp, dummy = PLAN_CASES[name]
     if nodes is None:
@@ -162,7 +162,7 @@ def plan_child(name):
 def child(path, max_bytes):
     """Run one case in this (fresh) process; print {wall, outcome}."""
     sys.path.insert(0, os.path.join(REPO, ".collections"))
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
     from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES
 
     import yaml  # noqa: F401 - imported by the load path anyway; counted in the baseline

@@ -34,11 +34,9 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, ".collections"))
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (  # noqa: E402
-    CaptureReader,
-    load_capture,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
 
 def hyperfine(commands, runs, env, workdir):

@@ -32,8 +32,8 @@ sys.path.insert(0, os.path.join(REPO, ".collections"))
 
 from ansible_collections.gpufleet.numa.tests.fixtures import hwloc_oracle  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import export as topology_export  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture  # noqa: E402
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture  # noqa: E402
 
 MACHINES = os.path.join(REPO, "tests", "fixtures", "machines")
 

@@ -26,7 +26,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import drift
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
@@ -123,7 +123,7 @@ class ActionModule(ActionBase):
                 return dict(result, failed=True, msg="capture file %s not found (looked in the files/ directories, the "
                             "playbook directory and %s)" % (capture, os.getcwd()))
             try:
-                facts, processes = audit_gather.gather_capture(path)
+                facts, processes = audit_replay.gather_capture(path)
             except ValueError as exc:
                 return dict(result, failed=True, msg="capture %s: %s" % (capture, to_text(exc)))
             result["capture_file"] = path

@@ -18,8 +18,9 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture, summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES, load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture, load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES
 
 
 def _max_bytes(value):

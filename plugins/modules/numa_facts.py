@@ -421,12 +421,9 @@ capture:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvml import import_pynvml
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import gather_live, summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
-    CAPTURE_MAX_BYTES,
-    COMMAND_TIMEOUT,
-    module_which,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gather import gather_live
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES, COMMAND_TIMEOUT, module_which
 
 ARGUMENT_SPEC = dict(
     root=dict(type="path", default="/"),

@@ -35,7 +35,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import SEVERITIES
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import validate_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import validate_capture
 
 MAX_ITEMS = 4096        # GPUs, NUMA nodes, processes, findings of one host
 MAX_TEXT = 4096         # one name, message or cpulist

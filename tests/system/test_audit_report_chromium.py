@@ -22,7 +22,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement  # noqa: E402
@@ -41,14 +41,14 @@ def chromium():
 
 def results():
     out = []
-    facts, processes = audit_gather.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS))
+    facts, processes = audit_replay.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS))
     deployed = {"options": {"tp_size": 4}, "plan": placement.plan_fleet({"dgx2-a": facts}, tp_size=4)}
     out.append(audit_result.audit_result(facts, processes, "dgx2-a", deployed))
-    facts, processes = audit_gather.gather_capture(capture_with_processes(
+    facts, processes = audit_replay.gather_capture(capture_with_processes(
         "azure_ndv4_like", {"tp_server": ["0001:00:00.0", "0002:00:00.0"], "tp_server_worker": ["0003:00:00.0"],
                             "unbound": ["000d:00:00.0"]}))
     out.append(audit_result.audit_result(facts, processes, "ndv4-b"))
-    facts, processes = audit_gather.gather_capture(capture_with_processes("rtx4090_8gpu_pcie_switch_quads", {}))
+    facts, processes = audit_replay.gather_capture(capture_with_processes("rtx4090_8gpu_pcie_switch_quads", {}))
     out.append(audit_result.audit_result(facts, processes, "rtx-c"))
     return out
 

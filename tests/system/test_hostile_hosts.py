@@ -46,8 +46,8 @@ def hostile_python(path, claims):
         payload = sys.stdin.buffer.read()
         if b"numa_facts" in payload or any("AnsiballZ_numa_facts" in arg for arg in sys.argv[1:]):
             sys.path.insert(0, {collections!r})
-            from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture, summary
-            from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture
+            from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture, load_capture
+            from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary
             facts = facts_from_capture(load_capture({capture!r}), hostname="h100-sxm-8gpu")
             print(json.dumps({{"changed": False, "summary": summary(facts),
                               "ansible_facts": dict({claims!r}, numa_topology=facts)}}))

@@ -41,7 +41,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from fleet_processes import (
     SYSTEMD_BASE_ENVIRONMENT, ProcessGroup, free_port, haproxy_server_states, http_request,

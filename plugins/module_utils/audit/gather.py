@@ -5,7 +5,7 @@
 
 gather_live() reads the running machine (topology and GPU processes) and,
 with record=True, returns the capture of everything it read;
-gather_capture() replays such a capture. Both return the same
+replay.gather_capture() replays such a capture on the controller. Both return the same
 (facts, processes) pair, so result.audit_host() on the controller cannot
 tell them apart. Nothing here judges what it read: the findings are the
 controller's (locality.py, drift.py). Standard library only (runs on
@@ -17,13 +17,9 @@ from __future__ import annotations
 import socket
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import processes as gpu_processes
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
-    CaptureReader,
-    LiveReader,
-    RecordingReader,
-    load_capture,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import RecordingReader
 
 
 def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi", pynvml=None,
@@ -49,11 +45,3 @@ def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi
         capture = reader.capture
     return facts, processes, capture
 
-
-def gather_capture(capture, hostname=None):
-    """(facts, processes) replayed from a capture (dict, path or text).
-    ValueError names the capture and the problem."""
-    data = load_capture(capture)
-    reader = CaptureReader(data)
-    facts = topology.gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
-    return facts, gpu_processes.read_processes(reader)

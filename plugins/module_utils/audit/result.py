@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.audit import drift
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_text
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary as topology_summary
 
 
 def audit_host(facts, processes, host=None, deployed=None, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD):
@@ -87,7 +87,7 @@ def audit_result(facts, processes, host, deployed=None, memory_threshold=localit
     result = audit_host(facts, processes, host=host, deployed=deployed, memory_threshold=memory_threshold)
     result["topology"] = facts
     result["processes"] = (processes or {}).get("processes") or []
-    result["summary"] = topology.summary(facts) + report_text.text_table([result])
+    result["summary"] = topology_summary(facts) + report_text.text_table([result])
     return result
 
 

@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.system.systemd_exec import SYSTEMD, systemd_unit_dump

@@ -19,7 +19,7 @@ import yaml
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement  # noqa: E402
 
 from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes, pid_of  # noqa: E402
@@ -54,7 +54,7 @@ def trap_files(tmp_path):
     capture = capture_with_processes(DGX2, TRAP_HOLDS, hostname="dgx2h")
     capture_path = tmp_path / "gpu-a.yml"
     capture_path.write_text(yaml.safe_dump(capture))
-    facts, dummy = audit_gather.gather_capture(capture)
+    facts, dummy = audit_replay.gather_capture(capture)
     plan_path = tmp_path / "deployed-plan.json"
     plan_path.write_text(json.dumps({"options": {"tp_size": 4}, "plan": placement.plan_fleet({"gpu-a": facts}, tp_size=4)}))
     inventory = tmp_path / "hosts.yml"

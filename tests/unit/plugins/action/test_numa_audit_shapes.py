@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.plugins.action.numa_audit import ActionModule
 from ansible_collections.gpufleet.numa.plugins.filter import audit_views
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes
 
@@ -30,7 +30,7 @@ SOME = settings(max_examples=80, deadline=None, suppress_health_check=[HealthChe
 def module_answer():
     """What the module returns on the DGX-2 trap (record=true): what it
     read, nothing judged (the findings are the action's)."""
-    facts, processes = audit_gather.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS, hostname="dgx2h"))
+    facts, processes = audit_replay.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS, hostname="dgx2h"))
     return {"changed": False, "topology": facts, "process_source": processes["source"],
             "processes": processes["processes"], "process_warnings": processes["warnings"], "warnings": [],
             "capture": {"capture_version": 1, "hostname": "dgx2h", "files": {}}}

@@ -204,7 +204,7 @@ FIELD = re.compile(r"numa_topology\.([A-Za-z_]+(?:\[[^\]]*\]|\.[A-Za-z_]+)*)")
 
 
 def recorded_facts(name):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 
     return topology.facts_from_capture(os.path.join(MACHINES, name, "capture.yml"))
 

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.filter.topology_export import (
     FilterModule, nccl_topology_xml, slurm_gres_conf,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 
 MACHINES = fixture_paths.MACHINES

@@ -21,17 +21,13 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gather import gather, gather_live
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import MAX_CPUS, parse_cpulist, parse_cpumask
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import TOPO_COMMAND
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
-    CAPTURE_MAX_BYTES,
-    YAML_ALIAS_BUDGET,
-    YAML_MAX_DEPTH,
-    CaptureReader,
-    LiveReader,
-    load_capture,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import YAML_ALIAS_BUDGET, YAML_MAX_DEPTH, load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES, CaptureReader
 
 from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder, write_tree
 
@@ -142,7 +138,7 @@ def test_load_capture_pasted_matrix_with_tabs_in_block_scalar_is_accepted(tmp_pa
     body = "".join("    " + line + "\n" for line in TOPO_TEXT.splitlines())
     path = tmp_path / "pasted.yml"
     path.write_text("capture_version: 1\nhostname: pasted\ncommands:\n  nvidia-smi topo -m: |\n" + body)
-    facts = topology.facts_from_capture(str(path))
+    facts = facts_from_capture(str(path))
     assert facts["hostname"] == "pasted"
     assert facts["links"] == {"GPU0": {"GPU1": "NV4"}, "GPU1": {"GPU0": "NV4"}}
 
@@ -152,7 +148,7 @@ def test_load_capture_plain_topo_text_file_is_a_capture_of_that_command(tmp_path
     path.write_text(TOPO_TEXT)
     data = load_capture(str(path))
     assert data["commands"] == {TOPO_COMMAND: TOPO_TEXT}
-    facts = topology.facts_from_capture(str(path))
+    facts = facts_from_capture(str(path))
     assert [(g["id"], g["numa_node"]) for g in facts["gpus"]] == [("GPU0", 0), ("GPU1", 1)]
     assert facts["sources"] == ["nvidia-smi", "capture"]
 
@@ -165,7 +161,7 @@ def test_load_capture_text_that_is_neither_yaml_nor_a_matrix_is_an_error(tmp_pat
 def test_capture_huge_cpulist_is_a_warning_naming_the_file(cpulist):
     capture = two_gpu_host().capture()
     capture["files"][NODE0_CPULIST] = cpulist + "\n"
-    facts = topology.facts_from_capture(capture)
+    facts = facts_from_capture(capture)
     warning = [w for w in facts["warnings"] if w.startswith(NODE0_CPULIST)]
     assert warning and "beyond the limit of %d CPUs" % MAX_CPUS in warning[0] or "bad element" in warning[0]
     assert all(len(w) < 400 for w in facts["warnings"])
@@ -188,7 +184,7 @@ def test_capture_1000_gpu_matrix_reads_every_link():
     lines = ["\t" + "\t".join(names + ["CPU Affinity", "NUMA Affinity"])]
     for a in range(count):
         lines.append("GPU%d\t" % a + "\t".join("X" if a == b else "NV18" for b in range(count)) + "\t0-7\t0")
-    facts = topology.facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: "\n".join(lines)}})
+    facts = facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: "\n".join(lines)}})
     assert len(facts["gpus"]) == count
     assert len(facts["links"]["GPU999"]) == count - 1 and facts["links"]["GPU0"]["GPU999"] == "NV18"
 
@@ -222,7 +218,7 @@ def test_any_capture_gives_facts_or_a_value_error_naming_it(data, form):
         with open(path, "w") as handle:
             handle.write(text)
         try:
-            facts = topology.facts_from_capture(path)
+            facts = facts_from_capture(path)
         except ValueError as exc:
             assert str(exc).startswith("capture %s" % path), exc
             return
@@ -254,7 +250,7 @@ def test_capture_file_content_never_appears_whole_in_warnings(path, content):
     capture = two_gpu_host().capture()
     capture["files"][path.replace("/sys/bus/pci/devices/0000:01:00.0",
                                   "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0")] = content
-    facts = topology.facts_from_capture(capture)
+    facts = facts_from_capture(capture)
     assert all(content.strip() not in w for w in facts["warnings"])
 
 
@@ -282,7 +278,7 @@ def replace(root, path, make):
 
 def facts_of(root):
     reader = LiveReader(root=str(root), which=lambda name: None)
-    return topology.gather(reader, hostname="probe")[0]
+    return gather(reader, hostname="probe")[0]
 
 
 def assert_no_leak(facts):
@@ -347,7 +343,7 @@ def test_root_oversized_file_is_not_read(tmp_path):
 
 def test_root_missing_is_an_error_naming_it(tmp_path):
     with pytest.raises(ValueError, match="root %s does not exist" % (tmp_path / "gone")):
-        topology.gather_live(root=str(tmp_path / "gone"))
+        gather_live(root=str(tmp_path / "gone"))
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="is not a directory"):
         LiveReader(root=str(tmp_path / "file"))

@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import drift
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 
 from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import (
@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import (
 
 
 def deployed_plan(edit=None, **options):
-    facts, dummy = audit_gather.gather_capture(capture_with_processes(DGX2, {}))
+    facts, dummy = audit_replay.gather_capture(capture_with_processes(DGX2, {}))
     if edit:
         edit(facts)
     options.setdefault("tp_size", 4)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 
@@ -101,7 +101,7 @@ def test_gpu_unknown_to_the_topology_is_a_warning_not_a_guess():
 
 
 def _facts_and_process(cpus_allowed, memory_kb, policy="default"):
-    facts, processes = audit_gather.gather_capture(capture_with_processes(DGX2, {"unbound": [DGX2_BUS[8]]}))
+    facts, processes = audit_replay.gather_capture(capture_with_processes(DGX2, {"unbound": [DGX2_BUS[8]]}))
     proc = processes["processes"][0]
     proc.update(cpus_allowed=cpus_allowed, mems_allowed="0-1", memory_kb=memory_kb, memory_policy=policy,
                 environment={})
@@ -147,7 +147,7 @@ def test_cuda_visible_devices_that_do_not_name_the_held_gpu():
 
 
 def test_no_process_source_on_an_nvidia_host_is_info():
-    facts, dummy = audit_gather.gather_capture(capture_with_processes(DGX2, {}))
+    facts, dummy = audit_replay.gather_capture(capture_with_processes(DGX2, {}))
     result = audit_result.audit_host(facts, {"source": None, "processes": [], "warnings": []}, host="gpu-a")
     assert [(f["severity"], f["code"]) for f in result["findings"]] == [("info", "processes_unknown")]
 

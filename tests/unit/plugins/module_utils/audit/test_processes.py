@@ -15,11 +15,8 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import processes as gp
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
-    CaptureReader,
-    LiveReader,
-    RecordingReader,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, RecordingReader
 
 from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX2, TRAP_HOLDS, capture_with_processes, pid_of, recorded_processes
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 
@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX
 
 
 def trap_result(host="gpu-a", holds=None, machine=DGX2):
-    facts, processes = audit_gather.gather_capture(capture_with_processes(machine, holds or TRAP_HOLDS))
+    facts, processes = audit_replay.gather_capture(capture_with_processes(machine, holds or TRAP_HOLDS))
     return audit_result.audit_result(facts, processes, host)
 
 

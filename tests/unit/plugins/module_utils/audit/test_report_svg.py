@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_svg
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 
@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX
 
 
 def trap_result(host="gpu-a", holds=None, machine=DGX2):
-    facts, processes = audit_gather.gather_capture(capture_with_processes(machine, holds or TRAP_HOLDS))
+    facts, processes = audit_replay.gather_capture(capture_with_processes(machine, holds or TRAP_HOLDS))
     return audit_result.audit_result(facts, processes, host)
 
 
@@ -43,7 +43,7 @@ def test_host_svg_is_well_formed_with_every_gpu_and_misplaced_marks():
 
 def test_host_svg_draws_pcie_links_by_class():
     # RTX 4090 quads: PIX inside each switch; no process source, so no chips
-    facts, processes = audit_gather.gather_capture(capture_with_processes("rtx4090_8gpu_pcie_switch_quads", {}))
+    facts, processes = audit_replay.gather_capture(capture_with_processes("rtx4090_8gpu_pcie_switch_quads", {}))
     svg = report_svg.host_svg(audit_result.audit_result(facts, processes, "gpu-b"))
     links = re.findall(r'<path class="link"[^>]*stroke="([^"]+)"', svg)
     assert links and set(links) == {report_svg.LINK_STYLES["PIX"][0]}

@@ -6,7 +6,7 @@ what the module read, and the fail_on_severity gate."""
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 from ansible_collections.gpufleet.numa.plugins.modules import numa_audit as numa_audit_module
@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.numa.tests.fixtures.audit_scenarios import DGX
 
 
 def trap():
-    facts, processes = audit_gather.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS))
+    facts, processes = audit_replay.gather_capture(capture_with_processes(DGX2, TRAP_HOLDS))
     return audit_result.audit_result(facts, processes, "gpu-a")
 
 

@@ -40,3 +40,32 @@ def test_parse_cpumask_rejects_garbage():
 
 def test_cpus_from_words_nvml_layout():
     assert cpus_from_words([0b11, 1]) == [0, 1, 64]
+
+
+# Limits pinned one step either side (a limit moved by one fails here).
+
+@pytest.mark.parametrize("text", [
+    "\u0660-\u0663",  # Arabic-Indic digits: int() reads them as 0-3
+    "0,\u0661",
+    "\u0967",  # Devanagari one
+    "\uff11",  # fullwidth one
+    "0-\u0663",
+])
+def test_parse_cpulist_refuses_digits_that_are_not_ascii(text):
+    assert int(text.split(",")[-1].split("-")[-1]) in range(10)  # what the check guards against
+    with pytest.raises(ValueError, match="bad element"):
+        parse_cpulist(text)
+
+
+def test_cpus_from_words_word_count_limit_64_bit_words():
+    # NVML's cpuSet: 1,024 words of 64 bits are the 65,536 CPUs allowed, one word more is refused.
+    assert cpus_from_words([0] * 1023 + [1 << 63]) == [65535]
+    with pytest.raises(ValueError, match="1025 words of 64 bits are more than the limit of 65536 CPUs"):
+        cpus_from_words([0] * 1025)
+
+
+def test_cpus_from_words_word_count_limit_one_bit_words():
+    # One bit a word: the limit to the single CPU (MAX_CPUS + 1 would let 65,537 words through).
+    assert cpus_from_words([0] * 65535 + [1], bits=1) == [65535]
+    with pytest.raises(ValueError, match="65537 words of 1 bits"):
+        cpus_from_words([0] * 65537, bits=1)

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_text
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
@@ -150,7 +151,7 @@ def test_audit_never_shows_a_command_line_secret(tmp_path, number, form):
     raw = {"capture_version": 1, "hostname": "gpu-a",
            "files": dict(("/proc/%d/%s" % (PID, name), text) for name, text in files.items()),
            "commands": {gpu_processes.COMPUTE_APPS_COMMAND: "%d, 00000000:1A:00.0\n" % PID}}
-    facts, processes = audit_gather.gather_capture(raw)
+    facts, processes = audit_replay.gather_capture(raw)
     assert_hidden(rendered(audit_result.audit_result(facts, processes, "gpu-a")), list(values.values()) + [secret(99)])
 
 

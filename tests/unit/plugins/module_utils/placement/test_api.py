@@ -548,7 +548,7 @@ def _fixture_dirs():
 
 @pytest.mark.parametrize("folder", _fixture_dirs(), ids=os.path.basename)
 def test_plan_host_recorded_fixture_matches_expected_plans(folder):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 
     facts = topology.facts_from_capture(os.path.join(folder, "capture.yml"))
     with open(os.path.join(folder, "expected_plans.yml")) as handle:

@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.audit import finding
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import (
     VARIABLES,

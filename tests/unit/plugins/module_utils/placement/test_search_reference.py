@@ -307,9 +307,9 @@ def _captures():
 
 def _facts_from_capture(path):
     try:
-        from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+        from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
     except ImportError:
-        pytest.skip("plugins/module_utils/topology/assemble.py (facts_from_capture) is not in this checkout yet")
+        pytest.skip("plugins/module_utils/topology/capture.py (facts_from_capture) is not in this checkout yet")
     if not hasattr(topology, "facts_from_capture"):
         pytest.skip("topology.facts_from_capture is not in this checkout yet")
     return topology.facts_from_capture(path)

@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_pa
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import merge_plan, plan_artifact_json
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 
 FIXTURES = os.path.join(fixture_paths.FIXTURES, "machines")
 MACHINES = {

@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_pa
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host, load_plan, merge_plan
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import rollout_batch
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist

@@ -13,9 +13,12 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gather import gather, gather_live
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import QUERY_COMMAND, TOPO_COMMAND
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
 from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder
 
@@ -50,7 +53,7 @@ def machine_id(path):
 def machine(request):
     with open(os.path.join(request.param, "expected.yml")) as handle:
         expected = yaml.safe_load(handle)
-    return request.param, topology.facts_from_capture(os.path.join(request.param, "capture.yml")), expected
+    return request.param, facts_from_capture(os.path.join(request.param, "capture.yml")), expected
 
 
 def test_facts_from_capture_recorded_machines_have_every_schema_key(machine):
@@ -127,7 +130,7 @@ def test_facts_from_capture_gpus_sorted_by_bus_id_then_index(machine):
 
 
 def test_facts_from_capture_topo_matrix_only():
-    facts = topology.facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: TOPO_TEXT}})
+    facts = facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: TOPO_TEXT}})
     assert facts["sources"] == ["nvidia-smi", "capture"]
     assert [(g["id"], g["index"], g["pci_bus_id"], g["numa_node"], g["local_cpus"]) for g in facts["gpus"]] == [
         ("GPU0", 0, None, 0, "0-1,4-5"), ("GPU1", 1, None, 1, "2-3,6-7")]
@@ -158,7 +161,7 @@ def two_gpu_host(numa=("0", "1")):
 
 def test_assemble_sysfs_and_nvidia_smi_merge_by_bus_id_and_index():
     capture = two_gpu_host().capture(commands={TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT})
-    facts = topology.facts_from_capture(capture)
+    facts = facts_from_capture(capture)
     assert facts["sources"] == ["sysfs", "nvidia-smi", "capture"]
     first = facts["gpus"][0]
     assert first["id"] == "0000:01:00.0"
@@ -175,7 +178,7 @@ def test_assemble_sysfs_and_nvidia_smi_merge_by_bus_id_and_index():
 
 
 def test_assemble_sysfs_only_links_from_pci_tree_and_derived_index():
-    facts = topology.facts_from_capture(two_gpu_host().capture())
+    facts = facts_from_capture(two_gpu_host().capture())
     assert facts["sources"] == ["sysfs", "capture"]
     assert [g["index"] for g in facts["gpus"]] == [0, 1]
     assert [g["name"] for g in facts["gpus"]] == [None, None]
@@ -184,18 +187,18 @@ def test_assemble_sysfs_only_links_from_pci_tree_and_derived_index():
 
 def test_assemble_numa_disagreement_warns_and_keeps_sysfs():
     topo = TOPO_TEXT.replace("0-1,4-5\t0\t", "0-1,4-5\t1\t")
-    facts = topology.facts_from_capture(two_gpu_host().capture(commands={TOPO_COMMAND: topo}))
+    facts = facts_from_capture(two_gpu_host().capture(commands={TOPO_COMMAND: topo}))
     assert facts["gpus"][0]["numa_node"] == 0
     assert any("0000:01:00.0" in w and "disagree" in w for w in facts["warnings"])
 
 
 def test_assemble_numa_minus_one_taken_from_nvidia_smi_then_local_cpus():
-    facts = topology.facts_from_capture(two_gpu_host(numa=("-1", "-1")).capture(commands={TOPO_COMMAND: TOPO_TEXT}))
+    facts = facts_from_capture(two_gpu_host(numa=("-1", "-1")).capture(commands={TOPO_COMMAND: TOPO_TEXT}))
     assert [g["numa_node"] for g in facts["gpus"]] == [0, 1]
     # nvidia-smi told: nothing to warn about the sysfs -1.
     assert not [w for w in facts["warnings"] if "unknown" in w]
 
-    facts = topology.facts_from_capture(two_gpu_host(numa=("-1", "0")).capture())
+    facts = facts_from_capture(two_gpu_host(numa=("-1", "0")).capture())
     assert facts["gpus"][0]["numa_node"] == 0
     assert any("0000:01:00.0 reports numa_node -1; NUMA node 0 taken from its local CPUs" in w
                for w in facts["warnings"])
@@ -204,18 +207,18 @@ def test_assemble_numa_minus_one_taken_from_nvidia_smi_then_local_cpus():
 def test_assemble_numa_unknown_everywhere_is_null_never_zero():
     b = two_gpu_host(numa=("-1", "1"))
     b.files["/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/local_cpulist"] = "0-7\n"
-    facts = topology.facts_from_capture(b.capture())
+    facts = facts_from_capture(b.capture())
     gpu = facts["gpus"][0]
     assert gpu["numa_node"] is None
     assert "GPU 0000:01:00.0 reports numa_node -1; NUMA node unknown" in facts["warnings"]
-    assert any("unknown NUMA node" in line for line in topology.summary(facts))
+    assert any("unknown NUMA node" in line for line in summary(facts))
 
 
 def test_assemble_narrow_pcie_link_warns_lower_speed_does_not():
     b = two_gpu_host()
     b.device("0000:02:00.0", ["pci0000:00", "0000:00:02.0"], "0x030200", NVIDIA, width=(8, 16),
              speed=("2.5 GT/s PCIe", "16.0 GT/s PCIe"))
-    facts = topology.facts_from_capture(b.capture())
+    facts = facts_from_capture(b.capture())
     narrow = [w for w in facts["warnings"] if "PCIe link" in w]
     assert narrow == ["GPU 0000:02:00.0 PCIe link runs at x8 of x16 (check slot, riser or BIOS bifurcation)"]
 
@@ -224,7 +227,7 @@ def test_assemble_bmc_vga_is_not_a_gpu():
     b = SysfsBuilder().node(0, "0-3").online("0-3")
     b.device("0000:03:00.0", ["pci0000:00", "0000:00:1c.0", "0000:02:00.0"], "0x030000", "0x1a03",
              numa_node="-1", device="0x2000")
-    facts = topology.facts_from_capture(b.capture())
+    facts = facts_from_capture(b.capture())
     assert facts["gpus"] == [] and facts["links"] == {}
     assert facts["warnings"] == []
 
@@ -235,13 +238,13 @@ def test_assemble_no_gpu_host_has_numa_facts_and_empty_gpus():
         b.cpu(cpu, 0, str(cpu))
     b.device("0000:00:03.0", ["pci0000:00"], "0x020000", "0x1af4", numa_node="-1", local_cpus="0-3",
              net=["eth0"], width=(0, 0), speed=("Unknown", "Unknown"))
-    facts = topology.facts_from_capture(b.capture(hostname="plain"))
+    facts = facts_from_capture(b.capture(hostname="plain"))
     assert facts["gpus"] == [] and facts["links"] == {}
     assert facts["numa_nodes"] == [{"id": 0, "cpus": "0-3", "memory_mb": 8192, "distances": {0: 10}, "socket": 0,
                                    "kind": "cpu", "usable_cpus": None}]
     assert facts["nics"][0]["interfaces"] == ["eth0"]
     assert facts["nics"][0]["numa_node"] == 0
-    assert topology.summary(facts)[:2] == [
+    assert summary(facts)[:2] == [
         "plain: 1 NUMA node(s), 1 socket(s), 0 GPU(s); sources: sysfs, capture",
         "NUMA node 0 (socket 0): CPUs 0-3; memory 8192 MB",
     ]
@@ -249,7 +252,7 @@ def test_assemble_no_gpu_host_has_numa_facts_and_empty_gpus():
 
 def test_assemble_gpu_on_bus_missing_from_nvidia_smi_warns():
     query = QUERY_TEXT.splitlines()[0] + "\n"
-    facts = topology.facts_from_capture(two_gpu_host().capture(commands={QUERY_COMMAND: query}))
+    facts = facts_from_capture(two_gpu_host().capture(commands={QUERY_COMMAND: query}))
     assert any("0000:81:00.0 is on the PCI bus but nvidia-smi does not list it" in w for w in facts["warnings"])
 
 
@@ -257,7 +260,7 @@ def test_gather_skips_nvidia_smi_when_sysfs_shows_no_nvidia_gpu():
     b = SysfsBuilder().node(0, "0-3").online("0-3")
     b.device("0000:c1:00.0", ["pci0000:c0", "0000:c0:01.1"], "0x120000", "0x1002", device="0x74a1")
     capture = b.capture(commands={TOPO_COMMAND: TOPO_TEXT})
-    facts, raw = topology.gather(CaptureReader(capture))
+    facts, raw = gather(CaptureReader(capture))
     assert raw is None
     assert [g["vendor"] for g in facts["gpus"]] == ["amd"]
     assert facts["gpus"][0]["index"] is None
@@ -266,19 +269,19 @@ def test_gather_skips_nvidia_smi_when_sysfs_shows_no_nvidia_gpu():
 
 def test_facts_from_capture_hostname_override_and_errors(tmp_path):
     capture = two_gpu_host().capture(hostname="recorded")
-    assert topology.facts_from_capture(capture)["hostname"] == "recorded"
-    assert topology.facts_from_capture(capture, hostname="inventory-name")["hostname"] == "inventory-name"
+    assert facts_from_capture(capture)["hostname"] == "recorded"
+    assert facts_from_capture(capture, hostname="inventory-name")["hostname"] == "inventory-name"
     bad = tmp_path / "bad.yml"
     bad.write_text("capture_version: 7\n")
     with pytest.raises(ValueError, match="bad.yml has capture_version 7"):
-        topology.facts_from_capture(str(bad))
+        facts_from_capture(str(bad))
 
 
 def test_gather_live_this_machine_and_record_roundtrip():
-    facts, capture = topology.gather_live(record=True, hostname="ci")
+    facts, capture = gather_live(record=True, hostname="ci")
     assert set(facts) == FACT_KEYS
     assert facts["sources"][0] == "sysfs"
-    replayed = topology.facts_from_capture(capture)
+    replayed = facts_from_capture(capture)
     assert replayed["numa_nodes"] == facts["numa_nodes"]
     assert replayed["gpus"] == facts["gpus"]
     assert replayed["nics"] == facts["nics"]
@@ -299,7 +302,7 @@ def write_tree(capture, root):
 
 def test_gather_live_root_prefix_reads_copied_tree(tmp_path):
     write_tree(two_gpu_host().capture(), tmp_path)
-    facts = topology.gather(LiveReader(root=str(tmp_path), which=lambda name: None), hostname="copy")[0]
+    facts = gather(LiveReader(root=str(tmp_path), which=lambda name: None), hostname="copy")[0]
     assert [g["id"] for g in facts["gpus"]] == ["0000:01:00.0", "0000:81:00.0"]
     assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "SYS"
 
@@ -316,7 +319,7 @@ def machines_with_pcie_links():
 @pytest.mark.parametrize("path", machines_with_pcie_links(), ids=machine_id)
 def test_pci_tree_links_recorded_machines_match_expected_pcie_links(path):
     from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 
     with open(os.path.join(path, "expected.yml")) as handle:
         expected = yaml.safe_load(handle)
@@ -336,13 +339,13 @@ def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(t
     binary.write_text('#!/bin/sh\ncase "$1" in\n  topo) cat %s/topo.txt ;;\n  --query-gpu=*) cat %s/query.txt ;;\n'
                       '  *) exit 9 ;;\nesac\n' % (tmp_path, tmp_path))
     binary.chmod(0o755)
-    facts, recorded = topology.gather_live(root=str(tree), nvidia_smi_binary=str(binary), record=True,
+    facts, recorded = gather_live(root=str(tree), nvidia_smi_binary=str(binary), record=True,
                                            hostname="gpu-b")
     assert facts["sources"] == ["sysfs", "nvidia-smi"]
     assert facts["gpus"][0]["name"] == "NVIDIA RTX A6000"
     assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "NV4"
     assert recorded["commands"] == {TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT}
-    replayed = topology.facts_from_capture(recorded)
+    replayed = facts_from_capture(recorded)
     assert replayed["gpus"] == facts["gpus"] and replayed["links"] == facts["links"]
 
 
@@ -352,7 +355,7 @@ GH200 = os.path.join(MACHINES, "gh200_grace_hopper", "capture.yml")
 
 
 def _gh200():
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 
     return load_capture(GH200)
 
@@ -361,7 +364,7 @@ def test_facts_gpu_put_on_its_memory_node_by_sysfs_keeps_cpu_locality():
     # a kernel that gives the GPU's PCI device its memory node: that node is the GPU's memory, not its home
     capture = _gh200()
     capture["files"]["/sys/bus/pci/devices/0009:01:00.0/numa_node"] = "1\n"
-    facts = topology.facts_from_capture(capture)
+    facts = facts_from_capture(capture)
     (gpu,) = facts["gpus"]
     assert (gpu["numa_node"], gpu["memory_numa_node"]) == (0, 1)
     assert ("GPU 0009:01:00.0: sysfs puts it on NUMA node 1, which has no CPUs (memory only); taken as the GPU's "
@@ -373,13 +376,13 @@ def test_facts_gpu_on_memory_node_without_other_source_takes_node_of_its_local_c
     capture = _gh200()
     capture["files"]["/sys/bus/pci/devices/0009:01:00.0/numa_node"] = "1\n"
     del capture["commands"]
-    (gpu,) = topology.facts_from_capture(capture)["gpus"]
+    (gpu,) = facts_from_capture(capture)["gpus"]
     assert (gpu["numa_node"], gpu["memory_numa_node"]) == (0, 1)
 
 
 def test_facts_topo_matrix_only_gpu_numa_id_is_a_memory_node():
     capture = {"capture_version": 1, "commands": {TOPO_COMMAND: _gh200()["commands"][TOPO_COMMAND]}}
-    facts = topology.facts_from_capture(capture)
+    facts = facts_from_capture(capture)
     nodes = [(n["id"], n["cpus"], n["kind"]) for n in facts["numa_nodes"]]
     assert nodes == [(0, "0-71", "cpu"), (1, "", "gpu_memory")]
     assert [(g["id"], g["numa_node"], g["memory_numa_node"]) for g in facts["gpus"]] == [("GPU0", 0, 1)]
@@ -396,7 +399,7 @@ def test_facts_nic_column_numa_node_null_when_its_gpus_disagree():
             "GPU1\tSYS\t X \tNODE\tSYS\t4-7\t1\n"
             "NIC0\tPIX\tNODE\t X \tSYS\n"
             "NIC1\tSYS\tSYS\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n")
-    facts = topology.facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: text}})
+    facts = facts_from_capture({"capture_version": 1, "commands": {TOPO_COMMAND: text}})
     assert [(n["id"], n["interfaces"], n["numa_node"], n["gpu_links"]) for n in facts["nics"]] == [
         ("NIC0", ["mlx5_0"], None, {"GPU0": "PIX", "GPU1": "NODE"}),
         ("NIC1", ["mlx5_1"], None, {"GPU0": "SYS", "GPU1": "SYS"}),
@@ -413,10 +416,10 @@ def test_record_keeps_only_the_cpu_lines_of_proc_self_status(tmp_path):
         "Name:\tansible\nUid:\t1000\t1000\t1000\t1000\nGroups:\t27 1000\nCpus_allowed:\t0f\n"
         "Cpus_allowed_list:\t0-3\nMems_allowed_list:\t0-1\n")
     recorder = RecordingReader(LiveReader(root=str(tree), which=lambda name: None))
-    facts = topology.gather(recorder)[0]
+    facts = gather(recorder)[0]
     assert recorder.capture["files"]["/proc/self/status"] == "Cpus_allowed:\t0f\nCpus_allowed_list:\t0-3\n"
     assert [n["usable_cpus"] for n in facts["numa_nodes"]] == ["0-1", "2-3"]
-    assert [n["usable_cpus"] for n in topology.facts_from_capture(recorder.capture)["numa_nodes"]] == ["0-1", "2-3"]
+    assert [n["usable_cpus"] for n in facts_from_capture(recorder.capture)["numa_nodes"]] == ["0-1", "2-3"]
 
 
 def test_facts_plain_text_capture_with_tabs_keeps_its_nic_columns(tmp_path):
@@ -425,16 +428,16 @@ def test_facts_plain_text_capture_with_tabs_keeps_its_nic_columns(tmp_path):
     path.write_text("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
                     "GPU0\t X \tNV4\tPIX\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \tSYS\t8-15\t1\t\tN/A\n"
                     "NIC0\tPIX\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
-    facts = topology.facts_from_capture(str(path))
+    facts = facts_from_capture(str(path))
     assert [(n["id"], n["interfaces"], n["numa_node"], n["gpu_links"]) for n in facts["nics"]] == [
         ("NIC0", ["mlx5_0"], 0, {"GPU0": "PIX", "GPU1": "SYS"})]
     assert [g["memory_numa_node"] for g in facts["gpus"]] == [None, None]
 
 
 def test_summary_names_gpu_memory_nodes_and_usable_cpus():
-    lines = topology.summary(topology.facts_from_capture(GH200))
+    lines = summary(facts_from_capture(GH200))
     assert "NUMA node 1: CPUs none (a GPU's memory); memory 97280 MB" in lines
     assert "NUMA node 2: CPUs none (memory only); memory 0 MB" in lines
-    lines = topology.summary(topology.facts_from_capture(os.path.join(MACHINES, "mi300x_8gpu_lxc_cpuset",
+    lines = summary(facts_from_capture(os.path.join(MACHINES, "mi300x_8gpu_lxc_cpuset",
                                                                       "capture.yml")))
     assert "NUMA node 0 (socket 0): CPUs 0-55,112-167 (usable by services: 0-14,112-126); memory unknown" in lines

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture_xml import XML_MAX_DEPTH
 
 from ansible_collections.gpufleet.numa.tests.fixtures import hwloc_oracle

@@ -20,8 +20,8 @@ import pytest
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import export as topology_export
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpumask
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 
 from ansible_collections.gpufleet.numa.tests.fixtures import hwloc_oracle
 

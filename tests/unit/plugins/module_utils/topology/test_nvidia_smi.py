@@ -390,3 +390,41 @@ def test_parse_topo_matrix_zero_padded_label_is_the_same_gpu():
     partial = parse_topo_matrix(text)
     assert [g["index"] for g in partial["gpus"]] == [0, 1]
     assert partial["links"] == {"GPU0": {"GPU1": "SYS"}, "GPU1": {"GPU0": "SYS"}}
+
+
+# Limits pinned one step either side (a limit moved by one fails here).
+
+def _header_only(gpus):
+    return "\t" + "\t".join("GPU%d" % i for i in range(gpus)) + "\tCPU Affinity\tNUMA Affinity\n"
+
+
+def test_topo_matrix_reads_a_header_of_1024_gpus():
+    partial = parse_topo_matrix(_header_only(1024))
+    assert len(partial["gpus"]) == 1024
+    assert not any("names more than" in w for w in partial["warnings"])
+
+
+def test_topo_matrix_refuses_a_header_of_1025_gpus():
+    partial = parse_topo_matrix(_header_only(1025))
+    assert partial["gpus"] == []
+    assert partial["warnings"] == ["nvidia-smi topo -m: the header names more than 1024 GPUs; not read"]
+
+
+def test_topo_matrix_keeps_200_warnings():
+    # A header without rows: one "no row" warning per GPU.
+    warnings = parse_topo_matrix(_header_only(200))["warnings"]
+    assert len(warnings) == 200 and warnings[-1] == "nvidia-smi topo -m: no row for GPU199"
+
+
+def test_topo_matrix_cuts_the_201st_warning():
+    warnings = parse_topo_matrix(_header_only(201))["warnings"]
+    assert len(warnings) == 201
+    assert warnings[199] == "nvidia-smi topo -m: no row for GPU199"
+    assert warnings[200] == "nvidia-smi topo -m: 1 more warnings not shown"
+
+
+def test_query_gpu_cuts_the_201st_warning():
+    text = "".join("%d, GPU-x, H100, zz, 80, Disabled\n" % i for i in range(201))
+    warnings = parse_query_gpu(text)["warnings"]
+    assert warnings[200] == "nvidia-smi --query-gpu: 1 more warnings not shown"
+    assert len(parse_query_gpu(text.replace("200, GPU", "x, GPU"))["warnings"]) == 201  # 200 bus ids, one index

@@ -400,3 +400,35 @@ def test_collect_and_parse_gpu_numa_node_id_only_when_nvml_answers():
     gpus = nvml.parse(raw)["gpus"]
     assert [g["memory_numa_node"] for g in gpus[:2]] == [1, None]
     assert gpus[0]["numa_node"] != 1
+
+
+# Limits pinned one step either side (a limit moved by one fails here).
+
+def _errors_only(count):
+    return {"collector_version": 1, "errors": dict(("handle[%d]" % i, "Unknown Error") for i in range(count)),
+            "devices": []}
+
+
+def test_parse_keeps_200_warnings():
+    assert len(nvml.parse(_errors_only(200))["warnings"]) == 200
+
+
+def test_parse_cuts_the_201st_warning():
+    warnings = nvml.parse(_errors_only(201))["warnings"]
+    assert len(warnings) == 201 and warnings[-1] == "NVML: 1 more warnings not shown"
+
+
+def _one_gpu(words):
+    return {"collector_version": 1, "devices": [{"index": 0, "bus_id": "00000000:1A:00.0",
+                                                  "cpu_affinity": {"scope": "node", "bits": 64, "words": words}}]}
+
+
+def test_parse_reads_an_affinity_of_1024_words():
+    gpu = nvml.parse(_one_gpu([0] * 1023 + [1 << 63]))["gpus"][0]
+    assert gpu["local_cpus"] == "65535"
+
+
+def test_parse_refuses_an_affinity_of_1025_words():
+    partial = nvml.parse(_one_gpu([1] + [0] * 1024))
+    assert partial["gpus"][0]["local_cpus"] is None
+    assert "NVML: GPU 0: unreadable CPU affinity (1025 words of 64 bits are more than the limit of 65536 CPUs)" in partial["warnings"]

@@ -12,12 +12,9 @@ import sys
 import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
-    CaptureReader,
-    LiveReader,
-    RecordingReader,
-    load_capture,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, RecordingReader
 
 
 def test_live_reader_read_missing_file_is_none(tmp_path):
@@ -168,7 +165,7 @@ def test_live_reader_run_kills_command_after_timeout_and_notes_it(tmp_path):
 
 
 def test_gather_live_hung_nvidia_smi_warns_and_sysfs_still_answers(tmp_path):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology
 
     from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder, write_tree
 

@@ -10,7 +10,8 @@ import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
 from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder, write_tree
 

@@ -16,12 +16,9 @@ import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import facts_from_capture
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import (
-    CaptureReader,
-    RecordingReader,
-    load_capture,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, RecordingReader
 
 LAYOUTS = os.path.join(fixture_paths.FIXTURES, "sysfs_layouts")
 LAYOUT_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(LAYOUTS, "*", "capture.yml")))

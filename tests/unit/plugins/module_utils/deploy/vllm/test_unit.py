@@ -16,7 +16,7 @@ import pytest
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 
