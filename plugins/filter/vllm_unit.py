@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Filter vllm_units: what each vLLM unit of a host runs (role gpufleet.numa.vllm).
 
-Thin shell around module_utils/deploy/vllm/unit.py; see docs/plan.md and the role's README.
+Thin shell around module_utils/deploy/vllm/host_state.py; see docs/plan.md and the role's README.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 
 
 def vllm_units(instances, variables):
@@ -19,7 +19,7 @@ def vllm_units(instances, variables):
     if not hasattr(variables, "keys"):
         raise AnsibleFilterError("gpufleet.numa.vllm_units: variables must be a mapping of role variable -> value")
     try:
-        return vllm_unit.host_units(_plain(instances), _plain(dict(variables)))
+        return host_state.host_units(_plain(instances), _plain(dict(variables)))
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.vllm_units: %s" % exc)
 

@@ -18,7 +18,7 @@ Rendered files are compared with golden files under golden/vllm/<case>/;
 set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 Bad input is probed many cases per playbook run (one host per probe,
 block/rescue); the rules themselves are tested on the filter directly in
-tests/unit/plugins/module_utils/deploy/vllm/test_unit.py.
+tests/unit/plugins/module_utils/deploy/vllm/test_vllm_*.py.
 """
 
 import getpass
@@ -37,7 +37,7 @@ import yaml
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.system.systemd_exec import SYSTEMD, systemd_unit_dump
 
@@ -330,7 +330,7 @@ def rendered(tmp_path_factory):
 
 def expected_unit(name, root):
     """What the filter says the host's units run."""
-    return vllm_unit.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name)))
+    return host_state.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

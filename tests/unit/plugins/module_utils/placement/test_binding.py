@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology import asse
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_hosts import make_facts
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import (
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
     VARIABLES,
     numactl_reading,
     vllm_options,

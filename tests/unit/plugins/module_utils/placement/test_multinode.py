@@ -27,7 +27,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import assemble as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import (
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
     VARIABLES,
     numactl_reading,
     vllm_options,

@@ -28,7 +28,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology import asse
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import VARIABLES
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import VARIABLES
 
 MACHINES = os.path.join(fixture_paths.FIXTURES, "machines")
 NAME = "/srv/plan.json"
