@@ -116,16 +116,50 @@ def host_units(instances, variables):
     {units: [per instance: name, unit, path, header, description, command,
      options, argv, environment, numa, config, port, wants, after,
      exec_start_pre, exec_start_post ([prefix, argv] each), health_url,
-     drain (gateway servers)], unit_names,
-     config_names, files (template items in write order), directories,
-     executables, checker, helpers (programs installed into vllm_libexec_dir),
-     variables (checked)}.
+     drain (gateway servers)], files (template items in write order),
+     directories, checker, helpers (programs installed into vllm_libexec_dir),
+     install, download, manage_service, variables (checked)}.
     """
     v = check_variables(dict(variables, vllm_instances=instances))
+    host = variables.get("host", "this host")
     checked = check_instances(instances)
     check_per_worker(checked, v)
     check_multinode(checked, v, variables.get("host"))
-    units = [instance_unit(inst, v, variables.get("host", "this host")) for inst in checked]
+    units = [instance_unit(inst, v, host) for inst in checked]
+    install = v["vllm_install"] and not v["vllm_executable"]
+    existing = existing_index(variables.get("existing"))
+    if existing is not None and not install:
+        check_executables(executables(v), existing, host)
+    download = download_plan(v, existing)
+    check_download_python(download, existing, install, host)
+    # With `existing` (what find saw on the host), mark what already matches:
+    # the role then skips it, unless the rendered content differs (files).
+    existing = existing or {}
+    helpers = _helpers(v, existing)
+    return {
+        "units": units,
+        "files": _files(units, v, existing),
+        "directories": _directories(v, existing),
+        "checker": dict((key, helpers[0][key]) for key in ("path", "as_planned", "checksum")),
+        "helpers": helpers,
+        "install": install,
+        "download": download,
+        "manage_service": v["manage_service"],
+        "variables": v,
+    }
+
+
+def executables(v):
+    """The programs ExecStart runs: {variable, path} each."""
+    found = [{"variable": "vllm_executable" if v["vllm_executable"] else "vllm_venv",
+              "path": v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm"}]
+    if v["vllm_binding"] == "numactl":
+        found.append({"variable": "vllm_numactl", "path": v["vllm_numactl"]})
+    return found
+
+
+def _directories(v, existing):
+    """The directories the role creates, parents first, each marked as_planned where it already is."""
     state_dirs = unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])
     directories = []
     for path in [v["vllm_config_dir"], v["vllm_unit_dir"], v["vllm_libexec_dir"]]:
@@ -139,6 +173,14 @@ def host_units(instances, variables):
             directories.append({"path": parent})
     for path in state_dirs:
         directories.append({"path": path, "mode": "0750", "owner": v["vllm_user"], "group": v["vllm_group"]})
+    for entry in directories:
+        entry["as_planned"] = as_planned(existing.get(entry["path"]), "isdir", entry.get("mode"),
+                                         entry.get("owner"), entry.get("group"))
+    return directories
+
+
+def _files(units, v, existing):
+    """The files the role templates, in write order (secrets, option files, units)."""
     files = [{"template": "secrets.env.j2", "path": v["vllm_config_dir"] + "/secrets.env", "mode": "0600",
               "secret": True, "label": "secrets.env"}]
     for unit in units:
@@ -148,46 +190,20 @@ def host_units(instances, variables):
     for unit in units:
         files.append({"template": "vllm.service.j2", "path": unit["path"], "mode": "0644", "secret": False,
                       "label": unit["unit"], "unit": unit, "verify": unit["unit"]})
-    executable = v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm"
-    executables = [{"variable": "vllm_executable" if v["vllm_executable"] else "vllm_venv", "path": executable}]
-    if v["vllm_binding"] == "numactl":
-        executables.append({"variable": "vllm_numactl", "path": v["vllm_numactl"]})
-    install = v["vllm_install"] and not v["vllm_executable"]
-    existing = existing_index(variables.get("existing"))
-    if existing is not None and not install:
-        check_executables(executables, existing, variables.get("host", "this host"))
-    download = download_plan(v, existing)
-    check_download_python(download, existing, install, variables.get("host", "this host"))
-    # With `existing` (what find saw on the host), mark what already matches:
-    # the role then skips it, unless the rendered content differs (files).
-    existing = existing or {}
-    for entry in directories:
-        entry["as_planned"] = as_planned(existing.get(entry["path"]), "isdir", entry.get("mode"),
-                                          entry.get("owner"), entry.get("group"))
     for entry in files:
         found = existing.get(entry["path"])
         entry["as_planned"] = as_planned(found, "isreg", entry["mode"], *(
             (v["vllm_user"], v["vllm_group"]) if entry["secret"] else (None, None)))
         entry["checksum"] = (found or {}).get("checksum", "")
+    return files
+
+
+def _helpers(v, existing):
+    """The programs the role installs into vllm_libexec_dir (the checker first)."""
     helpers = []
     for name in (CHECKER, WAIT_READY):
         path = "%s/%s" % (v["vllm_libexec_dir"], name)
         found = existing.get(path)
         helpers.append({"src": name, "path": path, "as_planned": as_planned(found, "isreg", "0755"),
                         "checksum": (found or {}).get("checksum", "")})
-    checker = dict((key, helpers[0][key]) for key in ("path", "as_planned", "checksum"))
-    return {
-        "units": units,
-        "unit_names": [u["unit"] for u in units],
-        "config_names": [u["config"].rsplit("/", 1)[1] for u in units if u["config"]],
-        "files": files,
-        "directories": directories,
-        "state_dirs": state_dirs,
-        "executables": executables,
-        "checker": checker,
-        "helpers": helpers,
-        "install": install,
-        "download": download,
-        "manage_service": v["manage_service"],
-        "variables": v,
-    }
+    return helpers

@@ -5,9 +5,13 @@
 against what the role writes: missing programs, what already matches.
 """
 
+import os
+
 import pytest
+import yaml
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
+from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import COMMIT, INSTANCE, SNAPSHOTS, VARIABLES
 
 
@@ -61,3 +65,14 @@ def test_no_python_for_the_download_is_named_with_the_host():
     cached = {"path": SNAPSHOTS + "/" + COMMIT, "isdir": True}
     result = host_state.host_units([INSTANCE], dict(variables, existing=programs + [cached]))
     assert result["download"]["needed"] is False
+
+
+def test_the_result_holds_what_the_filter_documents_and_nothing_more():
+    """Every key of host_units' result is read by the role and documented in
+    plugins/filter/vllm_units.yml (the names nobody read are gone)."""
+    with open(os.path.join(fixture_paths.REPO, "plugins", "filter", "vllm_units.yml")) as source:
+        documented = yaml.safe_load(source)["RETURN"]["_value"]["contains"]
+    result = host_state.host_units([INSTANCE], VARIABLES)
+    assert sorted(result) == sorted(documented)
+    for dead in ("unit_names", "config_names", "state_dirs", "executables"):
+        assert dead not in result
