@@ -10,6 +10,8 @@ naming the variable and the rule. Pure functions, standard library only.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import model_source
@@ -46,24 +48,24 @@ RESERVED_DIRECTIVES = (
 
 
 DEFAULT_GATEWAY_BACKEND = "vllm"
+
+# One [Service] directive of STRICT_HARDENING: a list value writes it once per element.
+Directive = namedtuple("Directive", "directive value")
 # Opt-in sandboxing on top of vllm_hardening (vllm_hardening_strict). The
 # device allow-list keeps every NVIDIA node: nvidiactl and nvidia[0-9]* are
 # major nvidia-frontend, nvidia-uvm and nvidia-uvm-tools major nvidia-uvm,
 # MIG capabilities nvidia-caps. The syscall filter keeps @resources' NUMA
 # and affinity calls (set_mempolicy, mbind, migrate_pages, move_pages,
 # sched_setaffinity; get_mempolicy is in @system-service) and setrlimit.
-# A list value writes the directive once per element.
-
-
 STRICT_HARDENING = (
-    ("SystemCallFilter", ["~@privileged",
+    Directive("SystemCallFilter", ["~@privileged",
                           "~ioprio_set nice sched_setattr sched_setparam sched_setscheduler setpriority"]),
-    ("DevicePolicy", "closed"),
-    ("DeviceAllow", ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"]),
+    Directive("DevicePolicy", "closed"),
+    Directive("DeviceAllow", ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"]),
     # Safe with the explicit allow-list above (it only adds char-rtc r).
-    ("ProtectClock", "yes"),
-    ("PrivateUsers", "yes"),
-    ("UMask", "0077"),
+    Directive("ProtectClock", "yes"),
+    Directive("PrivateUsers", "yes"),
+    Directive("UMask", "0077"),
 )
 
 
@@ -94,6 +96,15 @@ _IFNAMES = r"[\^=]?[A-Za-z0-9_.:@-]{1,15}(?:,[A-Za-z0-9_.:@-]{1,15})*"
 # Role variables this module reads, with the check each passes.
 
 
+# The integers: name -> least and greatest value.
+Limit = namedtuple("Limit", "minimum maximum")
+INTEGERS = {
+    "vllm_engine_ready_timeout": Limit(1, 10 ** 9), "vllm_shutdown_timeout": Limit(0, 10 ** 9),
+    "vllm_restart_sec": Limit(0, 10 ** 9), "vllm_limit_nofile": Limit(1, 10 ** 9),
+    "vllm_health_timeout": Limit(1, 10 ** 9), "vllm_health_delay": Limit(1, 10 ** 9),
+    "vllm_drain_timeout": Limit(0, 10 ** 9), "vllm_timeout_start_sec": Limit(1, 10 ** 9),
+    "vllm_timeout_stop_sec": Limit(1, 10 ** 9),
+}
 PATH_VARIABLES = ("vllm_state_dir", "vllm_hf_home", "vllm_cache_dir", "vllm_config_dir", "vllm_unit_dir",
                   "vllm_libexec_dir", "vllm_venv", "vllm_numactl")
 
@@ -156,88 +167,118 @@ def _manage_service(value, service_mgr):
         vc.fail("vllm_manage_service", "must be auto, true or false", value)
 
 
+def role_value(v, name):
+    """A role variable's value. The role's defaults/main.yml gives every one
+    a value: a missing one is an error naming it, never a default made up here."""
+    if name not in v:
+        raise ValueError("%s: is required, and roles/vllm/defaults/main.yml sets it: pass every role variable "
+                         "(got none)" % name)
+    return v[name]
+
+
 def check_variables(variables):
     """The role's variables, checked and in canonical form (a new dict)."""
     v = variables
-    out = {}
     for name in ("vllm_model", "vllm_instances"):
         if name not in v or v[name] is None:
             vc.fail(name, "is required", None)
-    out["vllm_model"] = vc.command_word("vllm_model", v["vllm_model"])
-    served = vc.text("vllm_served_model_name", v.get("vllm_served_model_name", ""), allow_empty=True)
+    out = {}
+    for step in (_check_model_and_paths, _check_access, _check_install, check_download_variables, _check_timeouts,
+                 _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables):
+        out.update(step(v, out))
+    out["vllm_gateways"], out["vllm_gateway_backends"] = _gateways(
+        role_value(v, "vllm_gateways"), role_value(v, "vllm_gateway_backends"))
+    return out
+
+
+def _check_model_and_paths(v, out):
+    """What the unit serves, where it listens, how it binds, where its files go."""
+    out = {"vllm_model": vc.command_word("vllm_model", v["vllm_model"])}
+    served = vc.text("vllm_served_model_name", role_value(v, "vllm_served_model_name"), allow_empty=True)
     out["vllm_served_model_name"] = vc.command_word("vllm_served_model_name", served) if served else served
-    out["vllm_listen_host"] = vc.address("vllm_listen_host", v.get("vllm_listen_host", "127.0.0.1"))
-    out["vllm_binding"] = vc.choice("vllm_binding", v.get("vllm_binding", "numactl"), ("numactl", "systemd"))
+    out["vllm_listen_host"] = vc.address("vllm_listen_host", role_value(v, "vllm_listen_host"))
+    out["vllm_binding"] = vc.choice("vllm_binding", role_value(v, "vllm_binding"), ("numactl", "systemd"))
     for name in PATH_VARIABLES:
-        out[name] = vc.absolute_path(name, v.get(name))
-    out["vllm_executable"] = vc.absolute_path("vllm_executable", v.get("vllm_executable", ""), allow_empty=True)
-    out["vllm_nvidia_modprobe"] = vc.absolute_path("vllm_nvidia_modprobe", v.get(
-        "vllm_nvidia_modprobe", "/usr/bin/nvidia-modprobe"), allow_empty=True)
-    out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", v.get("vllm_unit_prefix", "gpufleet-"), _UNIT_PREFIX,
+        out[name] = vc.absolute_path(name, role_value(v, name))
+    out["vllm_executable"] = vc.absolute_path("vllm_executable", role_value(v, "vllm_executable"), allow_empty=True)
+    out["vllm_nvidia_modprobe"] = vc.absolute_path("vllm_nvidia_modprobe", role_value(v, "vllm_nvidia_modprobe"),
+                                                   allow_empty=True)
+    out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", role_value(v, "vllm_unit_prefix"), _UNIT_PREFIX,
                                       "must be [A-Za-z0-9_.-], not starting with '.' or '-'", allow_empty=True)
-    out["vllm_user"] = vc.account("vllm_user", v.get("vllm_user", "vllm"))
-    out["vllm_group"] = vc.account("vllm_group", v.get("vllm_group", "vllm"))
-    _secret("vllm_hf_token", v.get("vllm_hf_token", ""))
+    out["vllm_user"] = vc.account("vllm_user", role_value(v, "vllm_user"))
+    out["vllm_group"] = vc.account("vllm_group", role_value(v, "vllm_group"))
+    return out
+
+
+def _check_access(v, out):
+    """The secrets, and a key for anything that listens beyond loopback."""
+    _secret("vllm_hf_token", role_value(v, "vllm_hf_token"))
+    api_key = role_value(v, "vllm_api_key")
     # One rule for every API key (value_checks.api_key): the gateway sends
     # this key to the instances and must place it exactly.
-    if v.get("vllm_api_key") not in (None, ""):
-        vc.api_key("vllm_api_key", v["vllm_api_key"])
-    out["vllm_allow_unauthenticated"] = vc.boolean("vllm_allow_unauthenticated",
-                                                   v.get("vllm_allow_unauthenticated", False))
+    if api_key not in (None, ""):
+        vc.api_key("vllm_api_key", api_key)
+    checked = {"vllm_allow_unauthenticated": vc.boolean("vllm_allow_unauthenticated",
+                                                        role_value(v, "vllm_allow_unauthenticated"))}
     # Anything that listens beyond loopback needs a key (vLLM checks it on /v1/*).
-    api_key = v.get("vllm_api_key", "")
-    if (api_key is None or api_key == "") and not vc.is_loopback(out["vllm_listen_host"]) \
-            and not out["vllm_allow_unauthenticated"]:
+    if api_key in (None, "") and not vc.is_loopback(out["vllm_listen_host"]) \
+            and not checked["vllm_allow_unauthenticated"]:
         raise ValueError(
             "vllm_api_key: is required when vllm_listen_host is not a loopback address (got %s): set it "
             "(from a vault; the gateway passes it on), listen on 127.0.0.1, or set "
             "vllm_allow_unauthenticated: true to let anyone who reaches the port in" % out["vllm_listen_host"])
-    out["vllm_version"] = vc.text("vllm_version", v.get("vllm_version", "0.33.0"), _VERSION,
-                                  "must be a version of [0-9A-Za-z.+!_-]")
-    out["vllm_python"] = vc.command_word(
-        "vllm_python", vc.text("vllm_python", v.get("vllm_python", "python3"), _PROGRAM,
-                               "must be a program name or path of [A-Za-z0-9_./+-]"))
-    out["vllm_packages"] = [
-        vc.text("vllm_packages[%d]" % i, p, _PACKAGE, "must be a package name of [A-Za-z0-9.+_:~-]")
-        for i, p in enumerate(as_list("vllm_packages", v.get("vllm_packages", [])))]
-    out["vllm_install"] = vc.boolean("vllm_install", v.get("vllm_install", True))
-    out["vllm_manage_user"] = vc.boolean("vllm_manage_user", v.get("vllm_manage_user", True))
-    out["manage_service"] = _manage_service(v.get("vllm_manage_service", "auto"), v.get("service_mgr", ""))
-    out["vllm_hardening_strict"] = vc.boolean("vllm_hardening_strict", v.get("vllm_hardening_strict", False))
-    out.update(check_download_variables(v))
+    return checked
 
-    # name: (role default, least value)
-    ints = {"vllm_engine_ready_timeout": (600, 1), "vllm_shutdown_timeout": (30, 0), "vllm_restart_sec": (10, 0),
-            "vllm_limit_nofile": (65536, 1), "vllm_health_timeout": (3600, 1), "vllm_health_delay": (10, 1),
-            "vllm_drain_timeout": (60, 0)}
-    for name, (default, minimum) in ints.items():
-        out[name] = vc.integer(name, v.get(name, default), minimum, 10 ** 9)
-    out["vllm_timeout_start_sec"] = vc.integer("vllm_timeout_start_sec", v.get(
-        "vllm_timeout_start_sec", out["vllm_engine_ready_timeout"] + 900), 1, 10 ** 9)
-    out["vllm_timeout_stop_sec"] = vc.integer("vllm_timeout_stop_sec", v.get(
-        "vllm_timeout_stop_sec", out["vllm_shutdown_timeout"] + 60), 1, 10 ** 9)
-    if out["vllm_timeout_start_sec"] <= out["vllm_engine_ready_timeout"]:
-        vc.fail("vllm_timeout_start_sec", "must be above vllm_engine_ready_timeout (%d)"
-                % out["vllm_engine_ready_timeout"], out["vllm_timeout_start_sec"])
-    if out["vllm_timeout_stop_sec"] <= out["vllm_shutdown_timeout"]:
-        vc.fail("vllm_timeout_stop_sec", "must be above vllm_shutdown_timeout (%d)"
-                % out["vllm_shutdown_timeout"], out["vllm_timeout_stop_sec"])
-    if out["vllm_health_timeout"] < out["vllm_health_delay"]:
-        vc.fail("vllm_health_timeout", "must be at least vllm_health_delay (%d)" % out["vllm_health_delay"],
-                out["vllm_health_timeout"])
 
+def _check_install(v, out):
+    """What the role installs, and whether it manages the account and the service."""
+    return {
+        "vllm_version": vc.text("vllm_version", role_value(v, "vllm_version"), _VERSION,
+                                "must be a version of [0-9A-Za-z.+!_-]"),
+        "vllm_python": vc.command_word("vllm_python", vc.text(
+            "vllm_python", role_value(v, "vllm_python"), _PROGRAM, "must be a program name or path of [A-Za-z0-9_./+-]")),
+        "vllm_packages": [
+            vc.text("vllm_packages[%d]" % i, p, _PACKAGE, "must be a package name of [A-Za-z0-9.+_:~-]")
+            for i, p in enumerate(as_list("vllm_packages", role_value(v, "vllm_packages")))],
+        "vllm_install": vc.boolean("vllm_install", role_value(v, "vllm_install")),
+        "vllm_manage_user": vc.boolean("vllm_manage_user", role_value(v, "vllm_manage_user")),
+        "manage_service": _manage_service(role_value(v, "vllm_manage_service"), v.get("service_mgr", "")),
+        "vllm_hardening_strict": vc.boolean("vllm_hardening_strict", role_value(v, "vllm_hardening_strict")),
+    }
+
+
+def _check_timeouts(v, out):
+    """The integers, each within its limits, and the timeouts that must exceed others."""
+    checked = {}
+    for name, limit in INTEGERS.items():
+        checked[name] = vc.integer(name, role_value(v, name), limit.minimum, limit.maximum)
+    for name, inner in (("vllm_timeout_start_sec", "vllm_engine_ready_timeout"),
+                        ("vllm_timeout_stop_sec", "vllm_shutdown_timeout")):
+        if checked[name] <= checked[inner]:
+            vc.fail(name, "must be above %s (%d)" % (inner, checked[inner]), checked[name])
+    if checked["vllm_health_timeout"] < checked["vllm_health_delay"]:
+        vc.fail("vllm_health_timeout", "must be at least vllm_health_delay (%d)" % checked["vllm_health_delay"],
+                checked["vllm_health_timeout"])
+    return checked
+
+
+def _check_extra_args(v, out):
+    """vllm_extra_args: long options of vllm serve, none the unit sets itself."""
     extra = {}
-    for key, value in mapping("vllm_extra_args", v.get("vllm_extra_args", {})).items():
+    for key, value in mapping("vllm_extra_args", role_value(v, "vllm_extra_args")).items():
         key = vc.text("vllm_extra_args key", key if isinstance(key, str) else repr(key), _OPTION,
                       "must be a long option name: lower case, digits, _ and -, no leading dashes")
         if key.replace("_", "-") in RESERVED_OPTIONS:
             vc.fail("vllm_extra_args key", "must not set options the unit sets itself (%s)"
                     % ", ".join(RESERVED_OPTIONS), key)
         extra[key] = _yaml_value("vllm_extra_args.%s" % key, value)
-    out["vllm_extra_args"] = extra
+    return {"vllm_extra_args": extra}
 
+
+def _check_environment(v, out):
+    """vllm_environment: variables the role does not set itself."""
     environment = {}
-    for key, value in mapping("vllm_environment", v.get("vllm_environment", {})).items():
+    for key, value in mapping("vllm_environment", role_value(v, "vllm_environment")).items():
         key = vc.text("vllm_environment key", key if isinstance(key, str) else repr(key), _ENV_NAME,
                       "must be a variable name of [A-Za-z0-9_], not starting with a digit")
         if key in RESERVED_ENVIRONMENT:
@@ -247,10 +288,13 @@ def check_variables(variables):
     if out["vllm_download_weights"] and model_source(out["vllm_model"]) == "hub" and "HF_HUB_OFFLINE" in environment:
         vc.fail("vllm_environment key", "must not set HF_HUB_OFFLINE while vllm_download_weights is true "
                 "(the role sets it once the weights are local)", "HF_HUB_OFFLINE")
-    out["vllm_environment"] = environment
+    return {"vllm_environment": environment}
 
+
+def _check_hardening(v, out):
+    """vllm_hardening: sandboxing directives, and with vllm_hardening_strict the strict set on top."""
     hardening = []
-    for key, value in sorted(mapping("vllm_hardening", v.get("vllm_hardening", {})).items()):
+    for key, value in sorted(mapping("vllm_hardening", role_value(v, "vllm_hardening")).items()):
         key = vc.text("vllm_hardening key", key if isinstance(key, str) else repr(key), _DIRECTIVE,
                       "must be a [Service] directive name (CamelCase letters)")
         if key in RESERVED_DIRECTIVES or key.startswith("Exec"):
@@ -262,51 +306,53 @@ def check_variables(variables):
     if out["vllm_hardening_strict"]:
         # SystemCallFilter= adds up (the allow-list above, then these denials);
         # the other strict directives replace vllm_hardening's.
-        replaced = set(key for key, dummy in STRICT_HARDENING if key != "SystemCallFilter")
+        replaced = set(entry.directive for entry in STRICT_HARDENING if entry.directive != "SystemCallFilter")
         hardening = [entry for entry in hardening if entry[0] not in replaced]
-        for key, value in STRICT_HARDENING:
-            for item in value if isinstance(value, list) else [value]:
-                hardening.append([key, item])
-    out["vllm_hardening"] = hardening
-    out["vllm_allow_loopback_master"] = vc.boolean("vllm_allow_loopback_master",
-                                                   v.get("vllm_allow_loopback_master", False))
-    out["vllm_node_addresses"] = dict(
+        for entry in STRICT_HARDENING:
+            for item in entry.value if isinstance(entry.value, list) else [entry.value]:
+                hardening.append([entry.directive, item])
+    return {"vllm_hardening": hardening}
+
+
+def _check_multinode_variables(v, out):
+    """The head addresses, socket interfaces and rolling hosts of multi-node instances."""
+    checked = {"vllm_allow_loopback_master": vc.boolean("vllm_allow_loopback_master",
+                                                        role_value(v, "vllm_allow_loopback_master"))}
+    checked["vllm_node_addresses"] = dict(
         (vc.text("vllm_node_addresses key", h if isinstance(h, str) else repr(h), gateway_settings.INVENTORY_HOST,
                  gateway_settings.INVENTORY_HOST_RULE), a)
-        for h, a in mapping("vllm_node_addresses", v.get("vllm_node_addresses") or {}).items())
-    ifname = v.get("vllm_socket_ifname") or ""
-    out["vllm_socket_ifname"] = vc.text("vllm_socket_ifname", ifname, _IFNAMES,
-                                        "must be network interface names of [A-Za-z0-9_.:@-] (up to 15 characters "
-                                        "each, comma-separated, as NCCL_SOCKET_IFNAME takes them)",
-                                        allow_empty=True) if ifname else ""
-    if out["vllm_socket_ifname"]:
+        for h, a in mapping("vllm_node_addresses", role_value(v, "vllm_node_addresses") or {}).items())
+    ifname = role_value(v, "vllm_socket_ifname") or ""
+    checked["vllm_socket_ifname"] = vc.text("vllm_socket_ifname", ifname, _IFNAMES,
+                                            "must be network interface names of [A-Za-z0-9_.:@-] (up to 15 "
+                                            "characters each, comma-separated, as NCCL_SOCKET_IFNAME takes them)",
+                                            allow_empty=True) if ifname else ""
+    if checked["vllm_socket_ifname"]:
         for name in SOCKET_IFNAME_ENVIRONMENT:
-            if name in environment:
+            if name in out["vllm_environment"]:
                 vc.fail("vllm_environment key", "must not set %s while vllm_socket_ifname is set (the role "
                         "sets it on multi-node units)" % name, name)
-    out["vllm_rollout_hosts"] = [
+    checked["vllm_rollout_hosts"] = [
         vc.text("vllm_rollout_hosts[%d]" % i, h, gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
-        for i, h in enumerate(as_list("vllm_rollout_hosts", v.get("vllm_rollout_hosts") or []))]
-    out["vllm_gateways"], out["vllm_gateway_backends"] = _gateways(
-        v.get("vllm_gateways", {}), v.get("vllm_gateway_backends", []))
-    return out
+        for i, h in enumerate(as_list("vllm_rollout_hosts", role_value(v, "vllm_rollout_hosts") or []))]
+    return checked
 
 
-def check_download_variables(v):
-    """vllm_download_*, checked (the role's defaults where absent)."""
-    out = {"vllm_download_weights": vc.boolean("vllm_download_weights", v.get("vllm_download_weights", True))}
-    python = v.get("vllm_download_python") or ""
-    out["vllm_download_python"] = vc.absolute_path(
+def check_download_variables(v, out=None):
+    """vllm_download_*, checked (an empty vllm_download_python is vllm_venv's)."""
+    checked = {"vllm_download_weights": vc.boolean("vllm_download_weights", role_value(v, "vllm_download_weights"))}
+    python = role_value(v, "vllm_download_python") or ""
+    checked["vllm_download_python"] = vc.absolute_path(
         "vllm_download_python", python, allow_empty=True) or vc.absolute_path(
-            "vllm_venv", v.get("vllm_venv")) + "/bin/python"
-    out["vllm_download_timeout"] = vc.integer("vllm_download_timeout", v.get("vllm_download_timeout", 14400),
-                                              1, 10 ** 7)
-    out["vllm_download_poll"] = vc.integer("vllm_download_poll", v.get("vllm_download_poll", 10), 1, 3600)
-    out["vllm_download_ignore_patterns"] = [
+            "vllm_venv", role_value(v, "vllm_venv")) + "/bin/python"
+    checked["vllm_download_timeout"] = vc.integer("vllm_download_timeout", role_value(v, "vllm_download_timeout"),
+                                                  1, 10 ** 7)
+    checked["vllm_download_poll"] = vc.integer("vllm_download_poll", role_value(v, "vllm_download_poll"), 1, 3600)
+    checked["vllm_download_ignore_patterns"] = [
         vc.text("vllm_download_ignore_patterns[%d]" % i, p, r"[^\s].{0,254}", "must be a glob on one line")
         for i, p in enumerate(as_list("vllm_download_ignore_patterns",
-                                    v.get("vllm_download_ignore_patterns", ["original/*"])))]
-    return out
+                                      role_value(v, "vllm_download_ignore_patterns")))]
+    return checked
 
 
 def _gateways(gateways, backends):

@@ -129,3 +129,12 @@ def test_loopback_key_or_opt_out_lets_an_instance_listen(changes):
 def test_download_variables_are_checked(name, value, message):
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         host_state.host_units([INSTANCE], dict(VARIABLES, **{name: value}))
+
+
+@pytest.mark.parametrize("name", sorted(set(VARIABLES) - {"vllm_model"}))
+def test_a_missing_role_variable_is_an_error_naming_it(name):
+    """No default is made up in Python: roles/vllm/defaults/main.yml is the one source."""
+    variables = dict(VARIABLES)
+    del variables[name]
+    with pytest.raises(ValueError, match="^%s: is required, and roles/vllm/defaults/main.yml sets it" % name):
+        host_state.host_units([INSTANCE], variables)
