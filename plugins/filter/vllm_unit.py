@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, rollout
 
 
 def vllm_units(instances, variables):
@@ -24,6 +24,23 @@ def vllm_units(instances, variables):
         raise AnsibleFilterError("gpufleet.numa.vllm_units: %s" % exc)
 
 
+def vllm_stale(found, files):
+    """find's results for the role's marked files and vllm_units' files -> paths no longer planned."""
+    try:
+        return rollout.stale_files(_plain(found), _plain(files))
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_stale: found and files must be lists of {path} (%s)" % exc)
+
+
+def vllm_restarting(units, written):
+    """vllm_units' units and the template task's loop results -> names of the instances that restart."""
+    try:
+        return rollout.restarting_instances(_plain(units), _plain(written))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_restarting: written must be the results of the role's "
+                                 "template loop (%s)" % exc)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"vllm_units": vllm_units}
+        return {"vllm_units": vllm_units, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting}

@@ -31,3 +31,13 @@ def test_vllm_units_errors_are_filter_errors(instances, variables, message):
     with pytest.raises(AnsibleFilterError) as info:
         VLLM_UNITS(instances, variables)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_vllm_stale_and_restarting_are_filter_shells():
+    filters = FilterModule().filters()
+    files = VLLM_UNITS([INSTANCE], VARIABLES)["files"]
+    assert filters["vllm_stale"]([{"path": "/etc/vllm/gpufleet-old.yaml"}], files) == ["/etc/vllm/gpufleet-old.yaml"]
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_stale: found and files must be lists"):
+        filters["vllm_stale"]([{"name": "x"}], files)
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_restarting: written must be the results"):
+        filters["vllm_restarting"]([], [{"changed": True}])
