@@ -16,7 +16,9 @@ converges it once, then times:
 
 Prints the wall time of each, per host, and the task results per GPU host
 (ok, changed, skipped, failed: every task a host ran, loops counted once,
-includes counted), in all and for the vllm role alone. Asserts nothing but
+includes counted), in all and for the vllm role alone, and both figures
+against their targets (TARGET_ROLE_RESULTS vllm role results per GPU host,
+a rerun within TARGET_RERUN_OVER_FLOOR times the floor). Asserts nothing but
 that the rerun changed nothing.
 """
 
@@ -40,6 +42,11 @@ MACHINES = [
     "azure_ndv4_like", "mi300x_8gpu_xgmi", "mi250_8gcd", "dgx2_v100_16gpu_nvswitch",
     "mi50_8gpu_nps4", "power8_minsky_p100",
 ]
+
+# Targets of a no-change rerun: vllm role task results per GPU host, and
+# the rerun's wall time over the floor's.
+TARGET_ROLE_RESULTS = 10
+TARGET_RERUN_OVER_FLOOR = 3.0
 
 # Counts what each host ran: one result per task and host (a loop is one
 # result, an include is one), by the role the task belongs to.
@@ -194,6 +201,10 @@ def main():
                 count, rerun, rerun / count, floor, floor / count,
                 "%d-%d" % (least, most) if least != most else str(most),
                 "%d-%d" % (role_least, role_most) if role_least != role_most else str(role_most)))
+            print("       vllm results/host %d (target at most %d: %s), rerun %.1fx the floor (target at most %.0fx: %s)"
+                  % (role_most, TARGET_ROLE_RESULTS, "met" if role_most <= TARGET_ROLE_RESULTS else "NOT met",
+                     rerun / floor, TARGET_RERUN_OVER_FLOOR,
+                     "met" if rerun <= TARGET_RERUN_OVER_FLOOR * floor else "NOT met"))
             if args.tasks:
                 for name, seconds in sorted(tasks, key=lambda t: -t[1])[:args.tasks]:
                     print("       %6.1f s  %s" % (seconds, name))

@@ -18,7 +18,7 @@ Rendered files are compared with golden files under golden/vllm/<case>/;
 set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 Bad input is probed many cases per playbook run (one host per probe,
 block/rescue); the rules themselves are tested on the filter directly in
-tests/unit/plugins/module_utils/deploy/vllm/test_unit.py.
+tests/unit/plugins/module_utils/deploy/vllm/test_vllm_*.py.
 """
 
 import getpass
@@ -37,9 +37,10 @@ import yaml
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.system.systemd_exec import SYSTEMD, systemd_unit_dump
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import role_defaults
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "vllm"
@@ -129,10 +130,15 @@ def staging_vars(root):
 
 def filter_variables(root, overrides):
     """The role's variables as the filter sees them for a host (derived defaults written out)."""
-    variables = dict(staging_vars(root), **overrides)
+    derived = ("vllm_hf_home", "vllm_cache_dir", "vllm_download_python", "vllm_timeout_start_sec",
+               "vllm_timeout_stop_sec")
+    variables = {k: v for k, v in role_defaults().items() if k not in derived}
+    variables.update(staging_vars(root), **overrides)
     variables.setdefault("vllm_hf_home", variables["vllm_state_dir"] + "/hf")
     variables.setdefault("vllm_cache_dir", variables["vllm_state_dir"] + "/cache")
-    variables.setdefault("vllm_venv", "/opt/vllm")
+    variables.setdefault("vllm_download_python", variables["vllm_venv"] + "/bin/python")
+    variables.setdefault("vllm_timeout_start_sec", int(variables["vllm_engine_ready_timeout"]) + 900)
+    variables.setdefault("vllm_timeout_stop_sec", int(variables["vllm_shutdown_timeout"]) + 60)
     return variables
 
 
@@ -330,7 +336,7 @@ def rendered(tmp_path_factory):
 
 def expected_unit(name, root):
     """What the filter says the host's units run."""
-    return vllm_unit.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name)))
+    return host_state.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -7,12 +7,10 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.vllm_unit import FilterModule
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import VARIABLES as FIXTURE_VARIABLES
 
 VLLM_UNITS = FilterModule().filters()["vllm_units"]
-VARIABLES = {"vllm_model": "org/model", "vllm_numactl": "/usr/bin/numactl", "vllm_venv": "/opt/vllm",
-             "vllm_state_dir": "/var/lib/vllm", "vllm_hf_home": "/var/lib/vllm/hf",
-             "vllm_cache_dir": "/var/lib/vllm/cache", "vllm_config_dir": "/etc/vllm",
-             "vllm_unit_dir": "/etc/systemd/system", "vllm_libexec_dir": "/usr/local/libexec/gpufleet"}
+VARIABLES = dict(FIXTURE_VARIABLES, vllm_model="org/model")
 INSTANCE = {"name": "vllm-0", "tp_size": 1, "pp_size": 1, "gpu_indices": [0], "port": 8000, "dist_port": 29000,
             "binding": {"cpus": "0-3", "mems": [0], "policy": "bind", "by_node": False}}
 
@@ -33,3 +31,13 @@ def test_vllm_units_errors_are_filter_errors(instances, variables, message):
     with pytest.raises(AnsibleFilterError) as info:
         VLLM_UNITS(instances, variables)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_vllm_stale_and_restarting_are_filter_shells():
+    filters = FilterModule().filters()
+    files = VLLM_UNITS([INSTANCE], VARIABLES)["files"]
+    assert filters["vllm_stale"]([{"path": "/etc/vllm/gpufleet-old.yaml"}], files) == ["/etc/vllm/gpufleet-old.yaml"]
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_stale: found and files must be lists"):
+        filters["vllm_stale"]([{"name": "x"}], files)
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_restarting: written must be the results"):
+        filters["vllm_restarting"]([], [{"changed": True}])

@@ -18,10 +18,10 @@ import pytest
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_hosts import make_facts
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import (
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
     VARIABLES,
     numactl_reading,
     vllm_options,
@@ -39,7 +39,7 @@ def gpu_node(facts, index):
 
 
 def unit_of(instance, **variables):
-    return vllm_unit.host_units([instance], dict(VARIABLES, **variables))["units"][0]
+    return host_state.host_units([instance], dict(VARIABLES, **variables))["units"][0]
 
 
 @pytest.mark.parametrize("name", ["h100_sxm_8gpu_nvswitch", "mi300x_8gpu_xgmi", "rtx4090_8gpu_pcie_switch_quads"])

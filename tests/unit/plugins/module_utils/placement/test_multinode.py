@@ -26,8 +26,8 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import (
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
     VARIABLES,
     numactl_reading,
     vllm_options,
@@ -396,7 +396,7 @@ def test_planned_entries_are_the_units_of_each_host_and_only_heads_are_backends(
     plan = placement.plan_fleet(fleet("h100_sxm_8gpu_nvswitch", names), tp_size=4, pp_size=4, nodes_per_instance=2,
                                 master_port=29600)
     for entry in plan["instances"]:
-        (unit,) = vllm_unit.host_units([entry], dict(VARIABLES, host=entry["host"], vllm_node_addresses=addresses,
+        (unit,) = host_state.host_units([entry], dict(VARIABLES, host=entry["host"], vllm_node_addresses=addresses,
                                                      vllm_rollout_hosts=names))["units"]
         flags = vllm_options(numactl_reading(unit["argv"])[1][3:])
         head = entry["multinode"]["head"]

@@ -26,9 +26,9 @@ from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import rollo
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import VARIABLES
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import VARIABLES
 
 MACHINES = os.path.join(fixture_paths.FIXTURES, "machines")
 NAME = "/srv/plan.json"
@@ -319,7 +319,7 @@ def test_kept_plans_load_or_fail_clearly_and_bind_only_what_the_host_has(kept, d
             continue  # a host entry replaced whole: no record to hold its units against
         instances = [i for i in merged["instances"] if i["host"] == host]
         try:
-            units = vllm_unit.host_units(instances, dict(VARIABLES, host=host, vllm_rollout_hosts=FLEET,
+            units = host_state.host_units(instances, dict(VARIABLES, host=host, vllm_rollout_hosts=FLEET,
                                                          vllm_node_addresses={"gpu-m1": "10.0.0.1"}))["units"]
         except ValueError:
             continue

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""vllm_unit for multi-node instances (plan field multinode): the head and
+"""deploy/vllm for multi-node instances (plan field multinode): the head and
 headless ranks' units, from a recorded machine's plan given a multinode
 field as fleet_plan gives it (docs/plan.md)."""
 
@@ -16,15 +16,20 @@ from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_pa
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import unit as vllm_unit
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_unit import (
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
     VARIABLES,
     numactl_reading,
     vllm_options,
 )
 
+
 MACHINES = os.path.join(fixture_paths.FIXTURES, "machines")
+
+
 HOSTS = ["gpu-a", "gpu-b"]
+
+
 ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"}
 
 
@@ -42,7 +47,7 @@ def entry(rank):
 def units(rank, **variables):
     base = dict(VARIABLES, host=HOSTS[rank], vllm_node_addresses=ADDRESSES, vllm_rollout_hosts=HOSTS)
     base.update(variables)
-    return vllm_unit.host_units([entry(rank)], base)["units"]
+    return host_state.host_units([entry(rank)], base)["units"]
 
 
 def test_head_serves_the_api_and_names_the_rendezvous():
@@ -76,9 +81,9 @@ def test_socket_interface_is_set_on_multinode_units_only():
     (unit,) = units(1, vllm_socket_ifname="ens1f0")
     environment = dict(unit["environment"])
     assert environment["NCCL_SOCKET_IFNAME"] == environment["GLOO_SOCKET_IFNAME"] == "ens1f0"
-    single = vllm_unit.host_units([placement.plan_fleet({"h": topology.facts_from_capture(
-        os.path.join(MACHINES, "h100_sxm_8gpu_nvswitch", "capture.yml"))}, tp_size=4)["instances"][0]],
-        dict(VARIABLES, vllm_socket_ifname="ens1f0"))["units"][0]
+    single = host_state.host_units([placement.plan_fleet({"h": topology.facts_from_capture(
+         os.path.join(MACHINES, "h100_sxm_8gpu_nvswitch", "capture.yml"))}, tp_size=4)["instances"][0]],
+         dict(VARIABLES, vllm_socket_ifname="ens1f0"))["units"][0]
     assert "NCCL_SOCKET_IFNAME" not in dict(single["environment"])
 
 
@@ -96,6 +101,8 @@ def test_socket_interface_is_set_on_multinode_units_only():
     ({"vllm_extra_args": {"headless": True}}, r"^vllm_extra_args key: must not set options the unit sets itself"),
     ({"vllm_extra_args": {"master_addr": "10.0.0.9"}}, r"^vllm_extra_args key: must not set options"),
 ])
+
+
 def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
     with pytest.raises(ValueError, match=message):
         units(1, **variables)
@@ -104,6 +111,8 @@ def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
 # The probe of "Hostile input, round 2": head addresses the ranks never
 # reach. Loopback is refused unless the setup says every host is this
 # machine; wildcards and numeric shorthands always.
+
+
 @pytest.mark.parametrize("address,allow,message", [
     ("127.0.0.1", False, r"127\.0\.0\.1 is a loopback address"),
     ("127.3.4.5", False, r"127\.3\.4\.5 is a loopback address"),
@@ -118,6 +127,8 @@ def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
     ("::ffff:0.0.0.0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
     ("0:0:0:0:0:ffff:0:0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
 ])
+
+
 def test_a_head_address_the_ranks_cannot_reach_is_refused(address, allow, message):
     for rank in (0, 1):
         with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: " + message) as info:
@@ -128,12 +139,16 @@ def test_a_head_address_the_ranks_cannot_reach_is_refused(address, allow, messag
 
 
 @pytest.mark.parametrize("address", ["0", "127.1", "0x7f000001"])
+
+
 def test_a_numeric_shorthand_head_address_is_refused_by_the_address_check(address):
     with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: must be an IPv4 address .* legacy form"):
         units(1, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=True)
 
 
 @pytest.mark.parametrize("address", ["127.0.0.29", "::1", "localhost"])
+
+
 def test_a_loopback_head_is_accepted_where_every_host_is_this_machine(address):
     (unit,) = units(1, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=True)
     assert unit["argv"][unit["argv"].index("--master-addr") + 1] == address
@@ -150,18 +165,20 @@ def test_a_loopback_head_is_accepted_where_every_host_is_this_machine(address):
     ({"nnodes": 3, "hosts": ["gpu-a", "gpu-b", "gpu-c"]}, r"multinode\.nnodes: must divide pp_size 4"),
     ({"master_port": 70000}, r"multinode\.master_port: "),
 ])
+
+
 def test_a_tampered_multinode_field_is_refused(change, message):
     instance = entry(1)
     instance["multinode"].update(change)
     with pytest.raises(ValueError, match=message):
-        vllm_unit.host_units([instance], dict(VARIABLES, vllm_node_addresses=ADDRESSES))
+        host_state.host_units([instance], dict(VARIABLES, vllm_node_addresses=ADDRESSES))
 
 
 def test_local_gpus_are_tp_times_pp_over_nnodes():
     instance = entry(0)
     instance["gpu_indices"] = instance["gpu_indices"][:4]
     with pytest.raises(ValueError, match=r"gpu_indices: must list tp_size \* pp_size / multinode\.nnodes = 8"):
-        vllm_unit.host_units([instance], dict(VARIABLES, vllm_node_addresses=ADDRESSES))
+        host_state.host_units([instance], dict(VARIABLES, vllm_node_addresses=ADDRESSES))
 
 
 def test_only_the_head_is_a_gateway_backend():

@@ -1,0 +1,204 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""What one instance's unit runs (instance_unit): its argv, environment,
+NUMA directives, readiness commands and the gateway servers drained
+before it restarts. The role's template only places these values (one
+word per argument, quoted for systemd); it decides nothing. Pure
+functions, standard library only.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import offline_environment
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import SOCKET_IFNAME_ENVIRONMENT
+
+
+MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
+# Services a GPU unit waits for where they exist (persistence daemon; the
+# fabric manager of NVSwitch systems).
+
+
+NVIDIA_SERVICES = ("nvidia-persistenced.service", "nvidia-fabricmanager.service")
+# Helper programs the role installs into vllm_libexec_dir (roles/vllm/files).
+
+
+CHECKER = "gpufleet-verify-unit"
+
+
+WAIT_READY = "gpufleet-wait-ready"
+
+# What runs before and after a unit starts ([prefix, argv] each) and the /health it waits for.
+Readiness = namedtuple("Readiness", "exec_start_pre exec_start_post health_url")
+
+
+def unique(values):
+    out = []
+    for value in values:
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def join_values(values):
+    return ",".join(str(v) for v in values)
+
+
+def health_url(host, port):
+    """Where the role and the unit ask for /health: wildcard listen
+    addresses are reached over loopback, IPv6 addresses in brackets."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return "http://%s:%d/health" % ("[%s]" % host if ":" in host else host, port)
+
+
+def tcp_url(host, port):
+    """What gpufleet-wait-ready polls for a port that only has to accept connections."""
+    return "tcp://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+
+def drain_targets(instance_name, v, inventory_host):
+    """The gateway servers of one instance: (gateway host, socket, backend,
+    server) for every gateway with a socket and every gateway_backends entry
+    named <inventory host>-<instance> (the server name gateway_backends gives)."""
+    name = "%s-%s" % (inventory_host, instance_name)
+    return [{"gateway": gateway, "socket": socket, "backend": entry["backend"], "server": entry["server"]}
+            for gateway, socket in sorted(v["vllm_gateways"].items())
+            for entry in v["vllm_gateway_backends"]
+            if entry["server"] == name and entry["host"] in ("", inventory_host)]
+
+
+def instance_unit(inst, v, inventory_host="this host"):
+    """The argv, environment and directives of one instance's unit."""
+    unit = v["vllm_unit_prefix"] + inst["name"]
+    prefix, numa = _binding(inst, v)
+    command = prefix + [v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm", "serve", v["vllm_model"]]
+    multinode = inst["multinode"]
+    head = multinode is None or multinode["node_rank"] == 0
+    config = "%s/%s.yaml" % (v["vllm_config_dir"], unit) if v["vllm_extra_args"] else None
+    options = _options(inst, v, head, config)
+    readiness = _readiness(inst, v, head)
+    return {
+        "name": inst["name"],
+        "unit": unit + ".service",
+        "wants": ["network-online.target"] + list(NVIDIA_SERVICES),
+        "after": ["network-online.target"] + list(NVIDIA_SERVICES),
+        "exec_start_pre": readiness.exec_start_pre,
+        "exec_start_post": readiness.exec_start_post,
+        "health_url": readiness.health_url,
+        "drain": drain_targets(inst["name"], v, inventory_host) if head else [],
+        "multinode": multinode,
+        "user": v["vllm_user"],
+        "group": v["vllm_group"],
+        "working_directory": v["vllm_state_dir"],
+        "environment_file": v["vllm_config_dir"] + "/secrets.env",
+        "restart_sec": v["vllm_restart_sec"],
+        "timeout_start_sec": v["vllm_timeout_start_sec"],
+        "timeout_stop_sec": v["vllm_timeout_stop_sec"],
+        "limit_nofile": v["vllm_limit_nofile"],
+        "read_write_paths": " ".join(unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])),
+        "hardening": v["vllm_hardening"],
+        "path": "%s/%s.service" % (v["vllm_unit_dir"], unit),
+        "header": "%s; instance %s: %s" % (MANAGED_MARKER, inst["name"], inst["reason"]),
+        "description": _description(inst),
+        "syslog_identifier": unit,
+        "command": command,
+        "options": options,
+        "argv": command + [word for option in options for word in option],
+        "environment": _environment(inst, v),
+        "numa": numa,
+        "config": config,
+        "port": inst["port"],
+    }
+
+
+def _binding(inst, v):
+    """The numactl prefix of the command, or systemd's NUMA directives."""
+    mems = join_values(inst["mems"])
+    if v["vllm_binding"] == "numactl":
+        cpu = "--cpunodebind=" + mems if inst["by_node"] else "--physcpubind=" + inst["cpus"]
+        memory = ("--membind=" if inst["policy"] == "bind" else "--interleave=") + mems
+        return [v["vllm_numactl"], cpu, memory], []
+    return [], [["CPUAffinity", inst["cpus"]], ["NUMAPolicy", inst["policy"]], ["NUMAMask", mems]]
+
+
+def _options(inst, v, head, config):
+    """vllm serve's options after the model, each a list of argv words."""
+    options = [["--tensor-parallel-size", str(inst["tp_size"])]]
+    if inst["pp_size"] > 1:
+        options.append(["--pipeline-parallel-size", str(inst["pp_size"])])
+    if inst["mode"] == "per_worker":
+        options.append(["--numa-bind"])
+        options.append(["--numa-bind-nodes"] + [str(w["node"]) for w in inst["workers"]])
+        if not inst["by_node"]:
+            options.append(["--numa-bind-cpus"] + [w["cpus"] for w in inst["workers"]])
+    multinode = inst["multinode"]
+    if multinode is not None:
+        options += [["--nnodes", str(multinode["nnodes"])], ["--node-rank", str(multinode["node_rank"])],
+                    ["--master-addr", v["vllm_node_addresses"][multinode["head"]]],
+                    ["--master-port", str(multinode["master_port"])]]
+    if head:
+        options += [["--host", v["vllm_listen_host"]], ["--port", str(inst["port"])],
+                    ["--served-model-name", v["vllm_served_model_name"] or v["vllm_model"]]]
+    else:
+        # The engine's other ranks: no API server (vLLM's --headless).
+        options.append(["--headless"])
+    if v["vllm_shutdown_timeout"] > 0:
+        options.append(["--shutdown-timeout", str(v["vllm_shutdown_timeout"])])
+    if config:
+        options.append(["--config", config])
+    return options
+
+
+def _environment(inst, v):
+    """The unit's Environment= pairs, in the order the unit writes them."""
+    worker_environment = []
+    # vLLM binds a worker by starting it through numactl: spawned, not forked.
+    if inst["mode"] == "per_worker" and "VLLM_WORKER_MULTIPROC_METHOD" not in v["vllm_environment"]:
+        worker_environment = [["VLLM_WORKER_MULTIPROC_METHOD", "spawn"]]
+    socket_environment = []
+    if inst["multinode"] is not None and v["vllm_socket_ifname"]:
+        socket_environment = [[name, v["vllm_socket_ifname"]] for name in SOCKET_IFNAME_ENVIRONMENT]
+    return [
+        ["CUDA_DEVICE_ORDER", "PCI_BUS_ID"],
+        ["CUDA_VISIBLE_DEVICES", join_values(inst["gpu_indices"])],
+        ["VLLM_PORT", str(inst["dist_port"])],
+        ["VLLM_ENGINE_READY_TIMEOUT_S", str(v["vllm_engine_ready_timeout"])],
+        ["HF_HOME", v["vllm_hf_home"]],
+        ["VLLM_CACHE_ROOT", v["vllm_cache_dir"] + "/vllm"],
+        ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
+        ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
+    ] + worker_environment + socket_environment + offline_environment(v) + [
+        [k, val] for k, val in sorted(v["vllm_environment"].items())]
+
+
+def _readiness(inst, v, head):
+    """What runs before and after the start ([prefix, argv] each) and the /health it waits for."""
+    url = health_url(v["vllm_listen_host"], inst["port"])
+    wait_ready = "%s/%s" % (v["vllm_libexec_dir"], WAIT_READY)
+    # `-` ignores a failure (a host without the program), `+` runs it with
+    # full privileges, outside the sandbox.
+    exec_start_pre = []
+    if v["vllm_nvidia_modprobe"]:
+        exec_start_pre.append(["-+", [v["vllm_nvidia_modprobe"], "-u", "-c=0"]])
+    if head:
+        return Readiness(exec_start_pre, [["", [wait_ready, url, str(v["vllm_engine_ready_timeout"])]]], url)
+    # A headless rank serves no /health; it starts once the head's
+    # rendezvous port answers (the head waits for its ranks to join).
+    multinode = inst["multinode"]
+    master = tcp_url(v["vllm_node_addresses"][multinode["head"]], multinode["master_port"])
+    exec_start_pre.append(["", [wait_ready, master, str(v["vllm_engine_ready_timeout"])]])
+    return Readiness(exec_start_pre, [], "")
+
+
+def _description(inst):
+    """The unit's Description=: GPUs, NUMA nodes, and the node of a multi-node instance."""
+    multinode = inst["multinode"]
+    nodes = join_values(sorted(set(w["node"] for w in inst["workers"]))) if inst["workers"] else join_values(
+        inst["mems"])
+    return "vLLM instance %s (GPUs %s, NUMA nodes %s%s)" % (
+        inst["name"], join_values(inst["gpu_indices"]), nodes,
+        ", bound per worker" if inst["mode"] == "per_worker" else "") + (
+        "" if multinode is None else ", node %d of %d, head %s" % (
+            multinode["node_rank"], multinode["nnodes"], multinode["head"]))

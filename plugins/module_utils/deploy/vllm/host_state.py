@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""What each vLLM unit of a host runs: the contract between the plan and role vllm.
+
+`host_units(instances, variables)` checks the role's variables and this
+host's plan instances (docs/plan.md) and returns, per instance, the exact
+argv and environment its unit runs, and the systemd NUMA directives when
+binding by systemd. The role's template only places these values (one
+word per argument, quoted for systemd); it decides nothing.
+
+Binding comes from each instance's `binding` {mode, cpus, mems, policy,
+by_node, workers} as the plan computed it: by_node true binds by node
+(numactl --cpunodebind=MEMS), false by CPU list (--physcpubind=CPUS); the
+memory policy is --membind=MEMS or --interleave=MEMS. With vllm_binding
+systemd the same values become CPUAffinity=, NUMAPolicy= and NUMAMask=.
+In mode per_worker that binds the API server process, and vLLM binds
+each GPU worker itself: --numa-bind, --numa-bind-nodes (one node per GPU
+in worker order) and, when binding by CPU list, --numa-bind-cpus (vLLM
+0.20 and newer; spawned workers, VLLM_WORKER_MULTIPROC_METHOD=spawn).
+
+Readiness: vLLM cannot tell systemd when it serves, so the unit's
+ExecStartPost= runs the shipped gpufleet-wait-ready, which polls the
+instance's /health for up to vllm_engine_ready_timeout seconds: `systemctl
+start` returns when the instance serves, a model that never loads is a
+failed start, and units ordered after it start after it is ready. Before
+start, ExecStartPre=-+ runs nvidia-modprobe (with full privileges, which
+NoNewPrivileges= and ProtectKernelModules= deny the service itself) so that
+nvidia-uvm and its device nodes exist; the `-` makes a host without it
+harmless. The NVIDIA services are wanted and ordered before the unit
+(a Wants= of a unit that does not exist is ignored).
+
+Multi-node instances (plan field multinode): every host of the instance
+runs one unit with vLLM's --nnodes, --node-rank, --master-addr (the
+head's address from vllm_node_addresses) and --master-port; the head
+(rank 0) serves the API and waits for /health as above, the others run
+--headless, serve nothing, and wait before start until the head's master
+port answers. NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME come from
+vllm_socket_ifname. All hosts of such an instance must roll together
+(vllm_rollout_hosts): a head restarted without its workers cannot serve.
+
+Draining: each unit names the gateway servers in front of it (vllm_gateways,
+vllm_gateway_backends): the role drains them on each gateway's HAProxy
+runtime socket before the instance stops and readies them after /health.
+
+Every value that reaches a unit, an option file or a command line passes a
+check of plugins/module_utils/common/checks.py first; errors are ValueError
+naming the variable (or vllm_instances[i] and the field) and the rule.
+Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import CHECKER, WAIT_READY, instance_unit, unique
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, check_variables
+
+
+def existing_index(existing):
+    """find results (file_type any) by path."""
+    if existing is None:
+        return None
+    index = {}
+    for entry in as_list("existing", existing):
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            index[entry["path"]] = entry
+    return index
+
+
+def is_executable(entry):
+    if not entry:
+        return False
+    if entry.get("islnk"):
+        return True  # find does not follow links; ExecStart's check does
+    return bool(entry.get("isreg") and (entry.get("xusr") or entry.get("xgrp") or entry.get("xoth")))
+
+
+def check_executables(executables, existing, host):
+    """Each program ExecStart runs exists and is executable (existing: path ->
+    find result on the host)."""
+    for entry in executables:
+        if not is_executable(existing.get(entry["path"])):
+            hint = {"vllm_numactl": "install numactl (vllm_packages), set vllm_numactl, or use vllm_binding: systemd",
+                    "vllm_venv": "set vllm_executable to an installed vllm or leave vllm_install true"}.get(
+                        entry["variable"], "set it to an installed vllm or leave it empty and vllm_install true")
+            raise ValueError("%s: %s does not exist or is not executable on %s: %s"
+                             % (entry["variable"], entry["path"], host, hint))
+
+
+def check_download_python(plan, existing, install, host):
+    """A download the role does not install vLLM for needs vllm_download_python
+    on the host (existing: path -> find result, None when unknown)."""
+    model = plan["model"]
+    if not plan["needed"]:
+        return
+    if not install and existing is not None and not is_executable(existing.get(plan["python"])):
+        raise ValueError(
+            "vllm_download_python: %s does not exist or is not executable on %s, and %s is not in %s: "
+            "the role does not install vLLM here (vllm_executable or vllm_install false), so point "
+            "vllm_download_python at a Python with huggingface_hub, put a snapshot of the model there, or "
+            "set vllm_download_weights: false" % (plan["python"], host, model, plan["snapshots"]))
+
+
+def as_planned(entry, kind, mode=None, owner=None, group=None):
+    """Whether what find saw already has the kind, mode and owner the role would give it."""
+    if not entry or not entry.get(kind):
+        return False
+    return ((mode is None or entry.get("mode") == mode) and (owner is None or entry.get("pw_name") == owner)
+            and (group is None or entry.get("gr_name") == group))
+
+
+def host_units(instances, variables):
+    """Check the role's variables and this host's instances; return what the role writes:
+
+    {units: [per instance: name, unit, path, header, description, command,
+     options, argv, environment, numa, config, port, wants, after,
+     exec_start_pre, exec_start_post ([prefix, argv] each), health_url,
+     drain (gateway servers)], files (template items in write order),
+     directories, checker, helpers (programs installed into vllm_libexec_dir),
+     install, download, manage_service, variables (checked)}.
+    """
+    v = check_variables(dict(variables, vllm_instances=instances))
+    host = variables.get("host", "this host")
+    checked = check_instances(instances)
+    check_per_worker(checked, v)
+    check_multinode(checked, v, variables.get("host"))
+    units = [instance_unit(inst, v, host) for inst in checked]
+    install = v["vllm_install"] and not v["vllm_executable"]
+    existing = existing_index(variables.get("existing"))
+    if existing is not None and not install:
+        check_executables(executables(v), existing, host)
+    download = download_plan(v, existing)
+    check_download_python(download, existing, install, host)
+    # With `existing` (what find saw on the host), mark what already matches:
+    # the role then skips it, unless the rendered content differs (files).
+    existing = existing or {}
+    helpers = _helpers(v, existing)
+    return {
+        "units": units,
+        "files": _files(units, v, existing),
+        "directories": _directories(v, existing),
+        "checker": dict((key, helpers[0][key]) for key in ("path", "as_planned", "checksum")),
+        "helpers": helpers,
+        "install": install,
+        "download": download,
+        "manage_service": v["manage_service"],
+        "variables": v,
+    }
+
+
+def executables(v):
+    """The programs ExecStart runs: {variable, path} each."""
+    found = [{"variable": "vllm_executable" if v["vllm_executable"] else "vllm_venv",
+              "path": v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm"}]
+    if v["vllm_binding"] == "numactl":
+        found.append({"variable": "vllm_numactl", "path": v["vllm_numactl"]})
+    return found
+
+
+def _directories(v, existing):
+    """The directories the role creates, parents first, each marked as_planned where it already is."""
+    state_dirs = unique([v["vllm_state_dir"], v["vllm_hf_home"], v["vllm_cache_dir"]])
+    directories = []
+    for path in [v["vllm_config_dir"], v["vllm_unit_dir"], v["vllm_libexec_dir"]]:
+        if path not in [d["path"] for d in directories]:
+            directories.append({"path": path, "mode": "0755"})
+    # Parents of the state directories are created plainly first (the file
+    # module would give them the owner and mode of the state directory).
+    for path in state_dirs:
+        parent = path.rsplit("/", 1)[0] or "/"
+        if parent not in state_dirs and parent not in [d["path"] for d in directories]:
+            directories.append({"path": parent})
+    for path in state_dirs:
+        directories.append({"path": path, "mode": "0750", "owner": v["vllm_user"], "group": v["vllm_group"]})
+    for entry in directories:
+        entry["as_planned"] = as_planned(existing.get(entry["path"]), "isdir", entry.get("mode"),
+                                         entry.get("owner"), entry.get("group"))
+    return directories
+
+
+def _files(units, v, existing):
+    """The files the role templates, in write order (secrets, option files, units)."""
+    files = [{"template": "secrets.env.j2", "path": v["vllm_config_dir"] + "/secrets.env", "mode": "0600",
+              "secret": True, "label": "secrets.env"}]
+    for unit in units:
+        if unit["config"]:
+            files.append({"template": "instance-config.yaml.j2", "path": unit["config"], "mode": "0644",
+                          "secret": False, "label": unit["config"].rsplit("/", 1)[1], "unit": unit})
+    for unit in units:
+        files.append({"template": "vllm.service.j2", "path": unit["path"], "mode": "0644", "secret": False,
+                      "label": unit["unit"], "unit": unit, "verify": unit["unit"]})
+    for entry in files:
+        found = existing.get(entry["path"])
+        entry["as_planned"] = as_planned(found, "isreg", entry["mode"], *(
+            (v["vllm_user"], v["vllm_group"]) if entry["secret"] else (None, None)))
+        entry["checksum"] = (found or {}).get("checksum", "")
+    return files
+
+
+def _helpers(v, existing):
+    """The programs the role installs into vllm_libexec_dir (the checker first)."""
+    helpers = []
+    for name in (CHECKER, WAIT_READY):
+        path = "%s/%s" % (v["vllm_libexec_dir"], name)
+        found = existing.get(path)
+        helpers.append({"src": name, "path": path, "as_planned": as_planned(found, "isreg", "0755"),
+                        "checksum": (found or {}).get("checksum", "")})
+    return helpers

@@ -1,0 +1,234 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""This host's plan instances (docs/plan.md), checked: one instance's
+fields (check_instance), all of them (check_instances), per-worker
+binding (check_per_worker, the workers) and multi-node instances
+(check_multinode, the head's --master-addr). Errors are ValueError naming
+vllm_instances[i] and the field. Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import join_values
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, mapping
+
+
+# Per-worker binding (binding.mode per_worker): the first vLLM release with
+# --numa-bind, --numa-bind-nodes and --numa-bind-cpus.
+
+
+PER_WORKER_SINCE = (0, 20)
+
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}"
+
+
+_CPULIST = r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*"
+
+
+def check_instance(index, instance):
+    """One plan instance (docs/plan.md), checked; returns the fields the unit uses."""
+    where = "vllm_instances[%d]" % index
+    if not isinstance(instance, dict):
+        vc.fail(where, "must be a plan instance (a mapping)", instance)
+    label = "%s (%s)" % (where, instance.get("name")) if isinstance(instance.get("name"), str) else where
+    missing = [f for f in ("name", "tp_size", "pp_size", "gpu_indices", "binding", "port", "dist_port")
+               if f not in instance]
+    if missing:
+        raise ValueError("%s: lacks %s (fleet_plan instances carry them; docs/plan.md)"
+                         % (label, ", ".join(missing)))
+    name = vc.text(where + ".name", instance["name"], _NAME, "must be [A-Za-z0-9_.-], starting with a letter or digit")
+    tp_size = vc.integer(label + ".tp_size", instance["tp_size"], 1, 1024)
+    pp_size = vc.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
+    gpus = [vc.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
+            for i, g in enumerate(as_list(label + ".gpu_indices", instance["gpu_indices"]))]
+    multinode = _multinode(label, instance.get("multinode"), pp_size)
+    nnodes = multinode["nnodes"] if multinode else 1
+    local = tp_size * pp_size // nnodes
+    if len(gpus) != local or len(set(gpus)) != len(gpus):
+        vc.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
+                % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
+    binding = mapping(label + ".binding", instance["binding"])
+    for field in ("cpus", "mems", "policy", "by_node"):
+        if field not in binding:
+            vc.fail(label + ".binding", "lacks %s (needs cpus, mems, policy, by_node)" % field, binding)
+    cpus = vc.text(label + ".binding.cpus", binding["cpus"], _CPULIST, "must be a cpulist such as 0-47,96-143")
+    try:
+        parse_cpulist(cpus)
+    except ValueError as exc:
+        vc.fail(label + ".binding.cpus", str(exc), cpus)
+    mems = [vc.integer("%s.binding.mems[%d]" % (label, i), m, 0, 4095)
+            for i, m in enumerate(as_list(label + ".binding.mems", binding["mems"]))]
+    if not mems or mems != sorted(set(mems)):
+        vc.fail(label + ".binding.mems", "must be a non-empty sorted list of distinct NUMA nodes", mems)
+    policy = vc.choice(label + ".binding.policy", binding["policy"], ("bind", "interleave"))
+    if not isinstance(binding["by_node"], bool):
+        vc.fail(label + ".binding.by_node", "must be a boolean", binding["by_node"])
+    # Plans kept from before per-worker binding have no mode: they bind by process.
+    mode = vc.choice(label + ".binding.mode", binding.get("mode", "process"), ("process", "per_worker"))
+    workers = _workers(label, binding, gpus, cpus) if mode == "per_worker" else []
+    port = vc.port(label + ".port", instance["port"])
+    dist_port = vc.port(label + ".dist_port", instance["dist_port"])
+    reason = instance.get("reason", "")
+    # The plan's own words, shown in a comment: one line, no continuation.
+    reason = re.sub(r"[\x00-\x1f\x7f]+", " ", str(reason)).rstrip("\\ ")
+    return {"name": name, "tp_size": tp_size, "pp_size": pp_size, "gpu_indices": gpus, "cpus": cpus,
+            "mems": mems, "policy": policy, "by_node": binding["by_node"], "mode": mode, "workers": workers,
+            "port": port, "dist_port": dist_port, "reason": reason, "multinode": multinode}
+
+
+def _multinode(label, value, pp_size):
+    """The multinode field of a plan instance (docs/plan.md), checked; None for a one-host instance."""
+    if value is None:
+        return None
+    where = label + ".multinode"
+    value = mapping(where, value)
+    for field in ("nnodes", "node_rank", "head", "hosts", "master_port"):
+        if field not in value:
+            vc.fail(where, "lacks %s (fleet_plan's multi-node instances carry nnodes, node_rank, head, hosts, "
+                    "master_port)" % field, value)
+    nnodes = vc.integer(where + ".nnodes", value["nnodes"], 2, 1024)
+    rank = vc.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
+    hosts = [vc.text("%s.hosts[%d]" % (where, i), h, gateway_settings.INVENTORY_HOST,
+                     gateway_settings.INVENTORY_HOST_RULE)
+             for i, h in enumerate(as_list(where + ".hosts", value["hosts"]))]
+    if len(hosts) != nnodes or len(set(hosts)) != nnodes:
+        vc.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
+    if value["head"] != hosts[0]:
+        vc.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
+    if pp_size % nnodes:
+        vc.fail(where + ".nnodes", "must divide pp_size %d (each host runs pp_size / nnodes stages)" % pp_size,
+                nnodes)
+    return {"nnodes": nnodes, "node_rank": rank, "head": hosts[0], "hosts": hosts,
+            "master_port": vc.port(where + ".master_port", value["master_port"])}
+
+
+def _workers(label, binding, gpus, cpus):
+    """binding.workers of a per_worker instance: one {gpu_index, node, cpus}
+    per GPU in the order of gpu_indices. Binding by CPU list, each worker's
+    CPUs lie inside the process's: vLLM starts the worker under numactl
+    --physcpubind, which refuses CPUs outside its parent's set."""
+    where = label + ".binding.workers"
+    workers = [mapping("%s[%d]" % (where, i), w) for i, w in enumerate(as_list(where, binding.get("workers", [])))]
+    if [w.get("gpu_index") for w in workers] != gpus:
+        vc.fail(where, "must hold one entry per GPU in the order of gpu_indices %s" % join_values(gpus),
+                workers)
+    allowed = set(parse_cpulist(cpus))
+    out = []
+    for i, worker in enumerate(workers):
+        node = vc.integer("%s[%d].node" % (where, i), worker.get("node"), 0, 4095)
+        worker_cpus = ""
+        if not binding["by_node"]:
+            worker_cpus = vc.text("%s[%d].cpus" % (where, i), worker.get("cpus"), _CPULIST,
+                                  "must be a cpulist such as 0-47,96-143")
+            try:
+                outside = set(parse_cpulist(worker_cpus)) - allowed
+            except ValueError as exc:
+                vc.fail("%s[%d].cpus" % (where, i), str(exc), worker_cpus)
+            if outside:
+                vc.fail("%s[%d].cpus" % (where, i), "must lie inside binding.cpus %s (numactl refuses a worker's "
+                        "CPUs outside its parent's)" % cpus, worker_cpus)
+        out.append({"node": node, "cpus": worker_cpus})
+    return out
+
+
+def check_instances(instances):
+    checked = [check_instance(i, inst) for i, inst in enumerate(as_list("vllm_instances", instances))]
+    seen = {}
+    for inst in checked:
+        for what, value in (("name", inst["name"]), ("port", inst["port"]), ("port", inst["dist_port"])):
+            key = (what, value)
+            if key in seen:
+                raise ValueError("vllm_instances: %s and %s collide on %s %s (names, API ports and VLLM_PORT "
+                                 "bases must be unique on a host)" % (seen[key], inst["name"], what, value))
+            seen[key] = inst["name"]
+    return checked
+
+
+def _release(version):
+    """(major, minor) of a version such as 0.33.0 or 0.20.1rc1; None when it does not start so."""
+    match = re.match(r"([0-9]+)\.([0-9]+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def check_per_worker(instances, v):
+    """Per-worker binding needs vLLM's --numa-bind (0.20 and newer) and
+    spawned workers; say so before a unit fails at start."""
+    per_worker = [inst["name"] for inst in instances if inst["mode"] == "per_worker"]
+    if not per_worker:
+        return
+    release = _release(v["vllm_version"])
+    if not v["vllm_executable"] and release is not None and release < PER_WORKER_SINCE:
+        raise ValueError(
+            "vllm_version: %s has no per-worker NUMA binding (--numa-bind, vLLM %d.%d and newer), which the "
+            "plan gives %s: install a newer vLLM or plan with gpufleet_worker_binding: process"
+            % (v["vllm_version"], PER_WORKER_SINCE[0], PER_WORKER_SINCE[1], ", ".join(per_worker)))
+    method = v["vllm_environment"].get("VLLM_WORKER_MULTIPROC_METHOD")
+    if method is not None and method != "spawn":
+        vc.fail("vllm_environment.VLLM_WORKER_MULTIPROC_METHOD", "must be spawn (or unset) while the plan binds "
+                "workers per node (%s): vLLM binds a worker by spawning it through numactl"
+                % ", ".join(per_worker), method)
+
+
+def check_multinode(instances, v, host):
+    """A multi-node instance needs its head's address, this host among its
+    hosts, and all its hosts rolling together (a head restarted without its
+    ranks, or a rank without its head, cannot serve)."""
+    for inst in instances:
+        multinode = inst["multinode"]
+        if multinode is None:
+            continue
+        label = "instance %s (head %s, hosts %s)" % (inst["name"], multinode["head"], ", ".join(multinode["hosts"]))
+        if host is not None and multinode["hosts"][multinode["node_rank"]] != host:
+            raise ValueError("vllm_instances: %s is rank %d, which is %s, not this host %s"
+                             % (label, multinode["node_rank"], multinode["hosts"][multinode["node_rank"]], host))
+        address = v["vllm_node_addresses"].get(multinode["head"])
+        if address in (None, ""):
+            raise ValueError("vllm_node_addresses: lacks the head %s of %s: set gpufleet_node_address (or a "
+                             "concrete vllm_listen_host) for it, the address its ranks reach it at"
+                             % (multinode["head"], label))
+        address = vc.address("vllm_node_addresses.%s" % multinode["head"], address)
+        problem = _master_address_problem(address, v["vllm_allow_loopback_master"])
+        if problem:
+            raise ValueError(
+                "vllm_node_addresses.%s: %s, not an address the other hosts of %s can reach as --master-addr: set "
+                "gpufleet_node_address (or vllm_listen_host) of %s to its address on the network between them"
+                % (multinode["head"], problem, label, multinode["head"])
+                + ("" if "wildcard" in problem else
+                   ", or vllm_allow_loopback_master: true when all its hosts run on this one machine"))
+        v["vllm_node_addresses"][multinode["head"]] = address
+        rolling = v["vllm_rollout_hosts"]
+        missing = [h for h in multinode["hosts"] if h not in rolling]
+        if rolling and missing:
+            raise ValueError(
+                "vllm_rollout_hosts: %s must roll as one, but %s %s not in this batch (%s): run all its hosts "
+                "(no --limit that splits it; a host that is down stops the instance) and let "
+                "gpufleet_rollout_hosts_at_once keep them in one batch (the default, 100%%)"
+                % (label, ", ".join(missing), "is" if len(missing) == 1 else "are", ", ".join(rolling)))
+
+
+def _master_address_problem(address, allow_loopback):
+    """Why `address` cannot be a multi-node head's --master-addr, or ''.
+    Unspecified addresses (0.0.0.0, ::, ::ffff:0.0.0.0) never can (numeric
+    shorthands such as "0" or "127.1" value_checks.address refuses); loopback (127.0.0.0/8, ::1, localhost) only where every host of the
+    instance is this machine, which the caller says (vllm_allow_loopback_master)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        ip = None
+    if ip is not None and getattr(ip, "ipv4_mapped", None) is not None:
+        ip = ip.ipv4_mapped
+    if ip is not None and ip.is_unspecified:
+        return "%s is a wildcard (unspecified) address" % address
+    loopback = (ip is not None and ip.is_loopback) or address.rstrip(".").lower() == "localhost" \
+        or address.rstrip(".").lower().endswith(".localhost")
+    if loopback and not allow_loopback:
+        return "%s is a loopback address" % address
+    return ""
