@@ -24,6 +24,7 @@ import re
 import ipaddress
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
 MANAGE_SERVICE = ("auto", "true", "false", "yes", "no")
@@ -181,7 +182,7 @@ def backends(value):
                             allow_empty=True),
             "address": backend_address(where + ".address", entry["address"]),
             "port": port(where + ".port", entry["port"]),
-            "model": vc.served_model_name(where + ".model", entry["model"]),
+            "model": contract.check_served_name(where + ".model", entry["model"]),
         }
         if entry.get("backend") not in (None, ""):
             backend["backend"] = vc.text(where + ".backend", entry["backend"], SERVER_NAME, SERVER_NAME_RULE)
