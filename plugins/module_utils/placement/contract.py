@@ -90,7 +90,10 @@ def check_served_name(name, value):
     """The one rule for a served model name, wherever it is read (the vLLM
     unit's --served-model-name, the planner, the kept plan, the gateway):
     value_checks.served_model_name, one word on a command line and in
-    HAProxy's configuration. Raises ValueError("NAME: RULE (got VALUE)")."""
+    HAProxy's configuration; a leading '-' is refused first with the
+    command line's own reason. Raises ValueError("NAME: RULE (got VALUE)")."""
+    if isinstance(value, str) and value.startswith("-"):
+        value_checks.command_word(name, value)
     return value_checks.served_model_name(name, value)
 
 

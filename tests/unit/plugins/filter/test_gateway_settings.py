@@ -285,7 +285,7 @@ def test_gateway_settings_empty_turns_off(variable):
     (backend(model="llama\\x"), r"^gateway_backends\[0\]\.model: must be a served model name"),
     (backend(model="llama ${HOME}"), r"^gateway_backends\[0\]\.model: must be a served model name"),
     (backend(model="llama\n    bind :2222"), r"^gateway_backends\[0\]\.model: must not contain control"),
-    (backend(model="-x"), r"^gateway_backends\[0\]\.model: must be a served model name"),
+    (backend(model="-x"), r"^gateway_backends\[0\]\.model: must not start with '-'"),
     (backend(model="m" * 201), r"^gateway_backends\[0\]\.model: must be at most 200 characters"),
     (backend(backend="other"),
      r"^gateway_backends\[0\]\.backend: must be model-meta-llama_Llama-3.1-70B-Instruct, the backend of model"),
