@@ -57,6 +57,7 @@ import re
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
 
@@ -199,7 +200,8 @@ def check_variables(variables):
             vc.fail(name, "is required", None)
     out["vllm_model"] = vc.command_word("vllm_model", v["vllm_model"])
     served = vc.text("vllm_served_model_name", v.get("vllm_served_model_name", ""), allow_empty=True)
-    out["vllm_served_model_name"] = vc.command_word("vllm_served_model_name", served) if served else served
+    contract.served_name(out["vllm_model"], served)
+    out["vllm_served_model_name"] = served
     out["vllm_listen_host"] = vc.address("vllm_listen_host", v.get("vllm_listen_host", "127.0.0.1"))
     out["vllm_binding"] = vc.choice("vllm_binding", v.get("vllm_binding", "numactl"), ("numactl", "systemd"))
     for name in PATH_VARIABLES:
@@ -367,7 +369,7 @@ def drain_targets(instance_name, v, inventory_host):
     """The gateway servers of one instance: (gateway host, socket, backend,
     server) for every gateway with a socket and every gateway_backends entry
     named <inventory host>-<instance> (the server name gateway_backends gives)."""
-    name = "%s-%s" % (inventory_host, instance_name)
+    name = contract.server_name(inventory_host, instance_name)
     return [{"gateway": gateway, "socket": socket, "backend": entry["backend"], "server": entry["server"]}
             for gateway, socket in sorted(v["vllm_gateways"].items())
             for entry in v["vllm_gateway_backends"]
@@ -392,7 +394,7 @@ def check_instance(index, instance):
             for i, g in enumerate(_list(label + ".gpu_indices", instance["gpu_indices"]))]
     multinode = _multinode(label, instance.get("multinode"), pp_size)
     nnodes = multinode["nnodes"] if multinode else 1
-    local = tp_size * pp_size // nnodes
+    local = contract.share(tp_size, pp_size, nnodes).gpus
     if len(gpus) != local or len(set(gpus)) != len(gpus):
         vc.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
                 % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
@@ -535,14 +537,14 @@ def instance_unit(inst, v, inventory_host="this host"):
         # vLLM binds a worker by starting it through numactl: spawned, not forked.
         if "VLLM_WORKER_MULTIPROC_METHOD" not in v["vllm_environment"]:
             worker_environment = [["VLLM_WORKER_MULTIPROC_METHOD", "spawn"]]
-    head = multinode is None or multinode["node_rank"] == 0
+    head = contract.is_head(inst)
     if multinode is not None:
         master = v["vllm_node_addresses"][multinode["head"]]
         options += [["--nnodes", str(multinode["nnodes"])], ["--node-rank", str(multinode["node_rank"])],
                     ["--master-addr", master], ["--master-port", str(multinode["master_port"])]]
     if head:
         options += [["--host", v["vllm_listen_host"]], ["--port", str(inst["port"])],
-                    ["--served-model-name", v["vllm_served_model_name"] or v["vllm_model"]]]
+                    ["--served-model-name", contract.served_name(v["vllm_model"], v["vllm_served_model_name"])]]
     else:
         # The engine's other ranks: no API server (vLLM's --headless).
         options.append(["--headless"])
