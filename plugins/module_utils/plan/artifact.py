@@ -144,10 +144,10 @@ def _typed(host, options):
     no boolean, such as "maybe", is refused naming the option)."""
     out = {}
     for key, value in options.items():
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        elif key == "allow_span" and isinstance(value, str):
+        if key == "allow_span" and isinstance(value, str):
             value = value_checks.boolean("settings.%s.allow_span" % host, value.strip())
+        elif isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
         out[key] = value
     return out
 
