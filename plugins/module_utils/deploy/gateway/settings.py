@@ -316,8 +316,7 @@ def stats_access(s):
 
 
 def manage_service(name, value):
-    """'auto', or a boolean (value_checks.boolean, the one coercion) as
-    'true' or 'false'; the words are those of MANAGE_SERVICE."""
+    """'auto', or one of MANAGE_SERVICE's words read by value_checks.boolean: 'true' or 'false'."""
     if isinstance(value, str):
         if value.lower() == "auto":
             return "auto"
