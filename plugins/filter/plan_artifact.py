@@ -15,18 +15,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
-
-
-def _facts(host, variables):
-    facts = None
-    if hasattr(variables, "get"):
-        ansible_facts = variables.get("ansible_facts")
-        facts = ansible_facts.get("numa_topology") if hasattr(ansible_facts, "get") else None
-    if facts is None:
-        raise ValueError("host %s: no topology facts (run gpufleet.numa.numa_facts on it first)" % host)
-    return _plain(facts)
 
 
 def fleet_plan_by_host(host_vars, hosts=None):
@@ -41,7 +32,7 @@ def fleet_plan_by_host(host_vars, hosts=None):
         settings = fleet_settings.host_settings(host_vars, hosts)
         plans, hardware = [], {}
         for options, group in fleet_settings.plan_groups(settings):
-            facts = dict((h, _facts(h, host_vars[h])) for h in group)
+            facts = dict((h, _plain(contract.facts_view(h, host_vars[h]))) for h in group)
             hardware.update((h, plan_artifact.hardware_record(facts[h])) for h in group)
             try:
                 plans.append(placement.plan_fleet(facts, hosts=group, **options))

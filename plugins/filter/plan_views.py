@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
 
 
@@ -19,7 +20,7 @@ def plan_table(plan):
 
 def gateway_backends(plan, addresses):
     try:
-        return plan_views.gateway_backends(plan, addresses)
+        return gateway_view.gateway_backends(plan, addresses)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.gateway_backends: %s" % exc)
 
@@ -29,7 +30,7 @@ def gateway_api_keys(plan, api_keys):
         if isinstance(api_keys, dict):
             # Vaulted values arrive as string-like objects: plain text here.
             api_keys = dict((str(k), "" if v is None else str(v)) for k, v in api_keys.items())
-        return plan_views.gateway_api_keys(plan, api_keys)
+        return gateway_view.gateway_api_keys(plan, api_keys)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.gateway_api_keys: %s" % exc)
 

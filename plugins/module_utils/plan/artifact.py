@@ -16,14 +16,15 @@ import errno
 import json
 import os
 import stat
+from collections import namedtuple
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check as plan_check
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan.totals import plan_totals
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import file_kind, read_at_most
 
 ARTIFACT_VERSION = 1
-PLAN_KEYS = ("instances", "unused", "warnings", "totals")
 # A kept plan of 10,000 hosts of 8 instances each is about 30 MB.
 PLAN_MAX_BYTES = 64 * 1024 * 1024
 
@@ -129,22 +130,24 @@ def require_artifact(text, name="<plan>"):
 def _check_plan(plan, what):
     if not isinstance(plan, dict):
         raise ValueError("%s must be the mapping fleet_plan returns, got %s" % (what, type(plan).__name__))
-    for key in ("instances", "unused", "warnings"):
-        if not isinstance(plan.get(key), list):
+    for key in contract.PLAN_FIELDS:
+        if key != "totals" and not isinstance(plan.get(key), list):
             raise ValueError("%s: %s must be a list" % (what, key))
     for i, instance in enumerate(plan["instances"] + plan["unused"]):
         if not isinstance(instance, dict) or not isinstance(instance.get("host"), str):
             raise ValueError("%s: instance or unused GPU %d has no host" % (what, i))
 
 
-def _typed(options):
-    """Options as fleet_plan read them: `-e tp_size=2` arrives as the string "2"."""
+def _typed(host, options):
+    """Options as fleet_plan read them: `-e tp_size=2` arrives as the string
+    "2", `-e allow_span=yes` as "yes" (value_checks.boolean: a word that is
+    no boolean, such as "maybe", is refused naming the option)."""
     out = {}
     for key, value in options.items():
-        if isinstance(value, str) and value.strip().isdigit():
+        if key == "allow_span" and isinstance(value, str):
+            value = value_checks.boolean("settings.%s.allow_span" % host, value.strip())
+        elif isinstance(value, str) and value.strip().isdigit():
             value = int(value)
-        elif key == "allow_span" and isinstance(value, str):
-            value = value.strip().lower() in ("1", "true", "yes", "on")
         out[key] = value
     return out
 
@@ -202,28 +205,32 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
         entry = {"gpus": (sum(len(i["gpus"]) for i in fresh["instances"] if i["host"] == host)
                           + sum(1 for u in fresh["unused"] if u["host"] == host))}
         if settings and host in settings:
-            entry["options"] = _typed(settings[host])
+            entry["options"] = _typed(host, settings[host])
         if hardware and host in hardware:
             entry["hardware"] = hardware[host]
         hosts[host] = entry
     gpus = dict((h, hosts[h].get("gpus", 0)) for h in hosts)
 
-    kept_instances, orphans, orphan_warnings = _drop_reformed(keep(previous["instances"]), fresh, replanned, fleet)
-    instances = sorted(kept_instances + list(fresh["instances"]),
+    reformed = _drop_reformed(keep(previous["instances"]), fresh, replanned, fleet)
+    instances = sorted(reformed.kept + list(fresh["instances"]),
                        key=lambda i: (i["host"], i.get("ordinal", 0)))
-    unused = sorted(keep(previous["unused"]) + orphans + list(fresh["unused"]),
+    unused = sorted(keep(previous["unused"]) + reformed.unused + list(fresh["unused"]),
                     key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1))
     warnings = ([w for w in previous["warnings"] if _host_of_warning(w) in kept] + list(fresh["warnings"])
-                + orphan_warnings)
+                + reformed.warnings)
     plan = {
         "artifact_version": ARTIFACT_VERSION,
         "hosts": dict((h, hosts[h]) for h in sorted(hosts)),
         "instances": instances,
         "unused": unused,
         "warnings": sorted(warnings, key=_host_of_warning),
-        "totals": plan_totals(len(gpus), sum(gpus.values()), instances),
+        "totals": contract.plan_totals(len(gpus), sum(gpus.values()), instances),
     }
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
+
+
+# What _drop_reformed leaves: the entries kept, the GPUs of those dropped, why.
+Reformed = namedtuple("Reformed", ("kept", "unused", "warnings"))
 
 
 def _drop_reformed(kept, fresh, replanned, fleet):
@@ -233,12 +240,12 @@ def _drop_reformed(kept, fresh, replanned, fleet):
     multi-node instance is stale once a partner host was re-planned into
     another instance (or none), or left the inventory: that entry leaves
     the plan, its GPUs are unused, and a warning says to run the host
-    again. Returns (entries kept, unused GPUs, warnings)."""
-    fresh_hosts = dict((i["host"], (i.get("multinode") or {}).get("hosts")) for i in fresh["instances"])
+    again. Returns Reformed(entries kept, unused GPUs, warnings)."""
+    fresh_hosts = dict((i["host"], (contract.multinode(i) or {}).get("hosts")) for i in fresh["instances"])
     keep, unused, warnings = [], [], []
     for entry in kept:
-        multinode = entry.get("multinode")
-        partners = multinode.get("hosts") if isinstance(multinode, dict) else None
+        multinode = contract.multinode(entry)
+        partners = multinode.get("hosts") if multinode is not None else None
         moved = [h for h in partners or () if (h in replanned and fresh_hosts.get(h) != partners)
                  or h not in fleet]
         if not moved:
@@ -253,21 +260,20 @@ def _drop_reformed(kept, fresh, replanned, fleet):
         unused.extend({"host": entry["host"], "id": g.get("id"), "index": g.get("index"), "reason": why}
                       for g in entry.get("gpus") or ())
         warnings.append("%s: %s" % (entry["host"], why))
-    return keep, unused, warnings
+    return Reformed(keep, unused, warnings)
 
 
 def combine_plans(plans):
     """One fleet plan from fleet_plan results of disjoint host sets (each
     host planned with its own settings)."""
+    plans = list(plans)
     instances, unused, warnings = [], [], []
-    totals = dict.fromkeys(("hosts", "instances", "gpus", "gpus_used", "gpus_unused"), 0)
     for plan in plans:
         _check_plan(plan, "a fleet plan")
         instances.extend(plan["instances"])
         unused.extend(plan["unused"])
         warnings.extend(plan["warnings"])
-        for key in totals:
-            totals[key] += int((plan.get("totals") or {}).get(key, 0))
+    totals = contract.add_totals(plan.get("totals") for plan in plans)
     return {
         "instances": sorted(instances, key=lambda i: (i["host"], i.get("ordinal", 0))),
         "unused": sorted(unused, key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1)),

@@ -20,6 +20,7 @@ Errors are ValueError("PLAN: FIELD: RULE (got VALUE)"), e.g.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
@@ -189,8 +190,7 @@ def _check_hardware(where, record):
 def _check_instance(where, entry, hosts):
     """One instance entry; returns the fields the checks across entries use."""
     entry = _mapping(where, entry)
-    missing = [f for f in ("host", "name", "tp_size", "pp_size", "gpus", "gpu_indices", "binding", "port",
-                           "dist_port") if f not in entry]
+    missing = [f for f in contract.INSTANCE_FIELDS if f not in entry]
     if missing:
         vc.fail(where, "lacks %s (fleet_plan instances carry them; docs/plan.md)" % ", ".join(missing),
                 sorted(str(k) for k in entry))
@@ -200,7 +200,7 @@ def _check_instance(where, entry, hosts):
     tp_size = _int(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
     pp_size = _int(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
     multinode = _check_multinode_field(where + ".multinode", entry.get("multinode"), host, pp_size)
-    local = tp_size * pp_size // (multinode["nnodes"] if multinode else 1)
+    local = contract.share(tp_size, pp_size, multinode["nnodes"] if multinode else 1).gpus
     indices = [_index("%s.gpu_indices[%d]" % (where, i), g)
                for i, g in enumerate(_list(where + ".gpu_indices", entry["gpu_indices"], MAX_GPUS_PER_HOST))]
     known = [i for i in indices if i is not None]
@@ -226,7 +226,7 @@ def _check_instance(where, entry, hosts):
     if entry.get("model") is not None:
         vc.command_word(where + ".model", entry["model"])
     if entry.get("served_model_name") is not None:
-        vc.served_model_name(where + ".served_model_name", entry["served_model_name"])
+        contract.check_served_name(where + ".served_model_name", entry["served_model_name"])
     for field in ("reason", "worst_link", "memory_policy"):
         _short_text("%s.%s" % (where, field), entry.get(field), allow_none=True)
     return {"where": where, "host": host, "name": name, "tp_size": tp_size, "pp_size": pp_size, "ports": ports,
@@ -254,9 +254,9 @@ def _check_gpus(where, gpus, indices):
 
 def _check_binding(where, binding, indices):
     binding = _mapping(where, binding)
-    for field in ("cpus", "mems", "policy", "by_node"):
+    for field in contract.BINDING_FIELDS:
         if field not in binding:
-            vc.fail(where, "lacks %s (needs cpus, mems, policy, by_node)" % field, binding)
+            vc.fail(where, "lacks %s (needs %s)" % (field, ", ".join(contract.BINDING_FIELDS)), binding)
     cpus = _cpus(where + ".cpus", binding["cpus"])
     nodes = set(_nodes(where + ".mems", binding["mems"], minimum=1))
     vc.choice(where + ".policy", binding["policy"], ("bind", "interleave"))
@@ -290,10 +290,10 @@ def _check_multinode_field(where, value, host, pp_size):
     if value is None:
         return None
     value = _mapping(where, value)
-    for field in ("nnodes", "node_rank", "head", "hosts", "master_port"):
+    for field in contract.MULTINODE_FIELDS:
         if field not in value:
-            vc.fail(where, "lacks %s (multi-node entries carry nnodes, node_rank, head, hosts, master_port)"
-                    % field, sorted(str(k) for k in value))
+            vc.fail(where, "lacks %s (multi-node entries carry %s)" % (field, ", ".join(contract.MULTINODE_FIELDS)),
+                    sorted(str(k) for k in value))
     nnodes = _int(where + ".nnodes", value["nnodes"], 2, 1024)
     rank = _int(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
     hosts = [_host("%s.hosts[%d]" % (where, i), h) for i, h in enumerate(_list(where + ".hosts", value["hosts"], 1024))]

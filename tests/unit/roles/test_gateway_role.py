@@ -849,3 +849,62 @@ def test_gateway_role_keeps_no_backup_of_a_config_with_keys(examples):
     assert sorted(p.name for p in config.parent.iterdir()) == ["gpufleet-request-model.lua", "haproxy.cfg"]
     assert examples["outcomes"]["backups_with_keys"]["backup_file"] is None
     assert "no backup is kept (this file holds API keys)" in config.read_text()
+
+
+ROLE = REPO / "roles" / "gateway"
+
+
+def test_gateway_role_defaults_are_the_argument_specs_defaults():
+    """defaults/main.yml is the one source of every default: the argument
+    specs say the same, for every option, and the Python check has none."""
+    import yaml
+
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert sorted(defaults) == sorted(specs)
+    for name, spec in sorted(specs.items()):
+        assert "default" in spec, "%s: argument_specs.yml has no default" % name
+        assert spec["default"] == defaults[name], "%s: defaults/main.yml %r, argument_specs.yml %r" % (
+            name, defaults[name], spec["default"])
+    passed = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__gateway_variables"]
+    from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
+    assert sorted(passed) == sorted(defaults) == sorted(gateway_settings.VARIABLES)
+    # Each variable missing from the check's input is an error, never a default.
+    for name in gateway_settings.VARIABLES:
+        with pytest.raises(ValueError, match="missing variable\\(s\\) %s;" % name):
+            gateway_settings.check_settings(dict((n, defaults[n]) for n in defaults if n != name))
+
+
+def _tasks(path):
+    import yaml
+
+    for play in yaml.safe_load(path.read_text()):
+        for section in ("pre_tasks", "tasks"):
+            for task in play.get(section) or ():
+                yield play, task
+        for role in play.get("roles") or ():
+            yield play, dict(role, name="role %s" % role.get("role"))
+
+
+def test_deploy_playbook_computes_gateway_backends_once_per_run():
+    """gateway_backends is computed on the controller once (run_once, kept as
+    a fact of localhost), never in role variables, which Ansible renders
+    again for every host of the play."""
+    playbook = REPO / "playbooks" / "deploy_inference.yml"
+    computed = []
+    for play, task in _tasks(playbook):
+        text = json.dumps(task)
+        if "gpufleet.numa.gateway_backends" not in text:
+            continue
+        computed.append(task["name"])
+        assert task.get("run_once") is True, task["name"]
+        assert task.get("delegate_to") == "localhost" and task.get("delegate_facts") is True, task["name"]
+        assert list(task["ansible.builtin.set_fact"]) == ["gpufleet_gateway_backends"], task["name"]
+    assert len(computed) == 3  # the plan step, and each later play's pre_tasks when the run planned nothing
+    assert all("not defined" in task.get("when", "") for play, task in _tasks(playbook)
+               if task.get("name", "").startswith("Compute the gateway's backends once for the run (this run"))
+    roles = dict((task["role"], task["vars"]) for play, task in _tasks(playbook) if "role" in task)
+    assert roles["gpufleet.numa.vllm"]["vllm_gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
+    assert roles["gpufleet.numa.gateway"]["gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
+    for path in list((REPO / "roles").rglob("*.yml")) + list((REPO / "roles").rglob("*.j2")):
+        assert "gpufleet.numa.gateway_backends(" not in path.read_text(), path

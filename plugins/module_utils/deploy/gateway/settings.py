@@ -24,6 +24,7 @@ import re
 import ipaddress
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
 MANAGE_SERVICE = ("auto", "true", "false", "yes", "no")
@@ -181,7 +182,7 @@ def backends(value):
                             allow_empty=True),
             "address": backend_address(where + ".address", entry["address"]),
             "port": port(where + ".port", entry["port"]),
-            "model": vc.served_model_name(where + ".model", entry["model"]),
+            "model": contract.check_served_name(where + ".model", entry["model"]),
         }
         if entry.get("backend") not in (None, ""):
             backend["backend"] = vc.text(where + ".backend", entry["backend"], SERVER_NAME, SERVER_NAME_RULE)
@@ -224,8 +225,7 @@ def backend_api_keys(value, found):
     each model of `found`; a name that is no model is an error. Keys are
     never shown in a message."""
     name = "gateway_backend_api_keys"
-    if value is None or value == "":
-        value = {}
+    # No default here: the role's defaults/main.yml gives {}.
     if not isinstance(value, dict):
         raise ValueError("%s: must be a mapping of served model name -> key (value hidden)" % name)
     by_name = dict((model["model"], model) for model in found)
@@ -315,6 +315,16 @@ def stats_access(s):
             "gateway_allow_unauthenticated: true to let anyone in", s["stats_address"])
 
 
+def manage_service(name, value):
+    """'auto', or one of MANAGE_SERVICE's words read by value_checks.boolean: 'true' or 'false'."""
+    if isinstance(value, str):
+        if value.lower() == "auto":
+            return "auto"
+        if value.lower() not in MANAGE_SERVICE:
+            vc.fail(name, "must be one of %s" % ", ".join(MANAGE_SERVICE), value)
+    return "true" if vc.boolean(name, value) else "false"
+
+
 def models_json(found):
     """GET /v1/models as the gateway answers it: OpenAI's list shape, one
     entry per served model name (json.dumps of checked names: no quote or
@@ -381,11 +391,7 @@ def check_settings(variables):
     s["package"] = vc.text("gateway_package", v["gateway_package"], PACKAGE,
                            "must be a package name (letters, digits, '+', '.', '_', '-')")
     s["haproxy"] = vc.absolute_path("gateway_haproxy", v["gateway_haproxy"])
-    manage = v["gateway_manage_service"]
-    if isinstance(manage, bool):
-        manage = "true" if manage else "false"
-    vc.choice("gateway_manage_service", manage.lower() if isinstance(manage, str) else manage, MANAGE_SERVICE)
-    s["manage_service"] = "auto" if manage.lower() == "auto" else str(vc.boolean("gateway_manage_service", manage)).lower()
+    s["manage_service"] = manage_service("gateway_manage_service", v["gateway_manage_service"])
     s["service_name"] = vc.text("gateway_service_name", v["gateway_service_name"], SERVICE,
                                 "must be a systemd unit name (letters, digits, '@', '_', '.', ':', '-')")
     s["body_reader"] = s["config_path"].rsplit("/", 1)[0] + "/" + BODY_READER

@@ -14,6 +14,7 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import offline_environment
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import SOCKET_IFNAME_ENVIRONMENT
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
 MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
@@ -62,7 +63,7 @@ def drain_targets(instance_name, v, inventory_host):
     """The gateway servers of one instance: (gateway host, socket, backend,
     server) for every gateway with a socket and every gateway_backends entry
     named <inventory host>-<instance> (the server name gateway_backends gives)."""
-    name = "%s-%s" % (inventory_host, instance_name)
+    name = contract.server_name(inventory_host, instance_name)
     return [{"gateway": gateway, "socket": socket, "backend": entry["backend"], "server": entry["server"]}
             for gateway, socket in sorted(v["vllm_gateways"].items())
             for entry in v["vllm_gateway_backends"]
@@ -75,7 +76,7 @@ def instance_unit(inst, v, inventory_host="this host"):
     prefix, numa = _binding(inst, v)
     command = prefix + [v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm", "serve", v["vllm_model"]]
     multinode = inst["multinode"]
-    head = multinode is None or multinode["node_rank"] == 0
+    head = contract.is_head(inst)
     config = "%s/%s.yaml" % (v["vllm_config_dir"], unit) if v["vllm_extra_args"] else None
     options = _options(inst, v, head, config)
     readiness = _readiness(inst, v, head)
@@ -140,7 +141,7 @@ def _options(inst, v, head, config):
                     ["--master-port", str(multinode["master_port"])]]
     if head:
         options += [["--host", v["vllm_listen_host"]], ["--port", str(inst["port"])],
-                    ["--served-model-name", v["vllm_served_model_name"] or v["vllm_model"]]]
+                    ["--served-model-name", contract.served_name(v["vllm_model"], v["vllm_served_model_name"])]]
     else:
         # The engine's other ranks: no API server (vLLM's --headless).
         options.append(["--headless"])

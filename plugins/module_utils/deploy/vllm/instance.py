@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import join_values
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, mapping
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
 # Per-worker binding (binding.mode per_worker): the first vLLM release with
@@ -51,7 +52,7 @@ def check_instance(index, instance):
             for i, g in enumerate(as_list(label + ".gpu_indices", instance["gpu_indices"]))]
     multinode = _multinode(label, instance.get("multinode"), pp_size)
     nnodes = multinode["nnodes"] if multinode else 1
-    local = tp_size * pp_size // nnodes
+    local = contract.share(tp_size, pp_size, nnodes).gpus
     if len(gpus) != local or len(set(gpus)) != len(gpus):
         vc.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
                 % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)

@@ -15,6 +15,7 @@ from collections import namedtuple
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import model_source
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
 # Options the unit sets itself; vllm_extra_args must not repeat them.
@@ -195,7 +196,8 @@ def _check_model_and_paths(v, out):
     """What the unit serves, where it listens, how it binds, where its files go."""
     out = {"vllm_model": vc.command_word("vllm_model", v["vllm_model"])}
     served = vc.text("vllm_served_model_name", role_value(v, "vllm_served_model_name"), allow_empty=True)
-    out["vllm_served_model_name"] = vc.command_word("vllm_served_model_name", served) if served else served
+    contract.served_name(out["vllm_model"], served)
+    out["vllm_served_model_name"] = served
     out["vllm_listen_host"] = vc.address("vllm_listen_host", role_value(v, "vllm_listen_host"))
     out["vllm_binding"] = vc.choice("vllm_binding", role_value(v, "vllm_binding"), ("numactl", "systemd"))
     for name in PATH_VARIABLES:

@@ -285,7 +285,7 @@ def test_gateway_settings_empty_turns_off(variable):
     (backend(model="llama\\x"), r"^gateway_backends\[0\]\.model: must be a served model name"),
     (backend(model="llama ${HOME}"), r"^gateway_backends\[0\]\.model: must be a served model name"),
     (backend(model="llama\n    bind :2222"), r"^gateway_backends\[0\]\.model: must not contain control"),
-    (backend(model="-x"), r"^gateway_backends\[0\]\.model: must be a served model name"),
+    (backend(model="-x"), r"^gateway_backends\[0\]\.model: must not start with '-'"),
     (backend(model="m" * 201), r"^gateway_backends\[0\]\.model: must be at most 200 characters"),
     (backend(backend="other"),
      r"^gateway_backends\[0\]\.backend: must be model-meta-llama_Llama-3.1-70B-Instruct, the backend of model"),
@@ -426,3 +426,20 @@ def test_gateway_filter_docs_parse(name):
     assert doc["DOCUMENTATION"]["version_added"] == "0.1.0"
     assert isinstance(yaml.safe_load(doc["EXAMPLES"]), list)
     assert "_value" in doc["RETURN"]
+
+
+@pytest.mark.parametrize("value", [None, "", [], "none"])
+def test_gateway_settings_backend_api_keys_has_no_default_of_its_own(value):
+    # defaults/main.yml gives {}; the check invents nothing for null or "".
+    rejected(r"^gateway_backend_api_keys: must be a mapping", gateway_backend_api_keys=value)
+
+
+@pytest.mark.parametrize("value, canonical", [("auto", "auto"), ("AUTO", "auto"), (True, "true"), ("no", "false"),
+                                              ("Yes", "true"), (False, "false")])
+def test_gateway_settings_manage_service_is_auto_or_a_boolean(value, canonical):
+    assert check(gateway_manage_service=value)["manage_service"] == canonical
+
+
+@pytest.mark.parametrize("value", ["maybe", "on", "1", 1, None, ["true"]])
+def test_gateway_settings_manage_service_refuses_what_is_no_boolean(value):
+    rejected(r"^gateway_manage_service: must be (one of auto|a boolean)", gateway_manage_service=value)

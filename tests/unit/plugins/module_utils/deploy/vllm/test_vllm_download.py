@@ -50,7 +50,7 @@ def test_hub_models_are_downloaded_and_served_offline():
 
 
 def test_local_paths_are_neither_downloaded_nor_offline():
-    variables = dict(VARIABLES, vllm_model="/srv/models/llama", existing=[], vllm_install=False, host="gpu-a")
+    variables = dict(VARIABLES, vllm_model="/srv/models/llama", vllm_served_model_name="llama", existing=[], vllm_install=False, host="gpu-a")
     result = host_state.host_units([INSTANCE], dict(variables, existing=[
          {"path": "/opt/vllm/bin/vllm", "isreg": True, "xusr": True},
          {"path": "/usr/bin/numactl", "isreg": True, "xusr": True}]))
