@@ -16,7 +16,8 @@ from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_pa
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gather import gather, gather_live
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import QUERY_COMMAND, TOPO_COMMAND
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import QUERY_COMMAND
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi_topo import TOPO_COMMAND
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
@@ -318,14 +319,14 @@ def machines_with_pcie_links():
 
 @pytest.mark.parametrize("path", machines_with_pcie_links(), ids=machine_id)
 def test_pci_tree_links_recorded_machines_match_expected_pcie_links(path):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
+    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs, sysfs_pci
     from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 
     with open(os.path.join(path, "expected.yml")) as handle:
         expected = yaml.safe_load(handle)
     part = sysfs.collect(CaptureReader(load_capture(os.path.join(path, "capture.yml"))))
     # The PCI tree alone, without the XGMI links KFD adds on top.
-    assert sysfs.pci_tree_links(part["gpus"], part["numa_nodes"]) == expected["pcie_links"]
+    assert sysfs_pci.pci_tree_links(part["gpus"], part["numa_nodes"]) == expected["pcie_links"]
 
 
 def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(tmp_path):

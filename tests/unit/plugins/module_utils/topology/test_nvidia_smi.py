@@ -11,13 +11,9 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import nvidia_smi
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import (
-    QUERY_COMMAND,
-    TOPO_COMMAND,
-    parse_query_gpu,
-    parse_topo_matrix,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import partial as topology_partial
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import QUERY_COMMAND, parse_query_gpu
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi_topo import TOPO_COMMAND, parse_topo_matrix
 
 __metaclass__ = type
 
@@ -377,8 +373,8 @@ def test_parse_query_gpu_failed_command_gives_empty_partial_with_warning(text):
 
 
 def test_empty_partial_has_all_keys():
-    assert set(nvidia_smi.empty_partial()) == PARTIAL_KEYS
-    assert set(nvidia_smi.new_gpu()) == GPU_KEYS
+    assert set(topology_partial.empty_partial()) == PARTIAL_KEYS
+    assert set(topology_partial.new_gpu()) == GPU_KEYS
 
 
 def test_parse_topo_matrix_zero_padded_label_is_the_same_gpu():

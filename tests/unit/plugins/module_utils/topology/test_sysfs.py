@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_common
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_limits
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_pci
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
@@ -178,16 +181,16 @@ def test_collect_pci_tree_link_classes(a, b, expected):
 
 def test_pci_link_class_unknown_path_falls_back_to_numa():
     path = {"host_bridge": "sys/devices/pci0000:00", "bridges": []}
-    assert sysfs.pci_link_class(None, path, 0, 0) == "NODE"
-    assert sysfs.pci_link_class(None, path, 0, 1) == "SYS"
-    assert sysfs.pci_link_class(None, path, None, None) == "SYS"
+    assert sysfs_pci.pci_link_class(None, path, 0, 0) == "NODE"
+    assert sysfs_pci.pci_link_class(None, path, 0, 1) == "SYS"
+    assert sysfs_pci.pci_link_class(None, path, None, None) == "SYS"
 
 
 def test_node_for_cpus_needs_exactly_one_covering_node():
     nodes = [{"id": 0, "cpus": "0-3"}, {"id": 1, "cpus": "4-7"}, {"id": 2, "cpus": ""}]
-    assert sysfs.node_for_cpus([1, 2], nodes) == 0
-    assert sysfs.node_for_cpus([3, 4], nodes) is None
-    assert sysfs.node_for_cpus([], nodes) is None
+    assert sysfs_common.node_for_cpus([1, 2], nodes) == 0
+    assert sysfs_common.node_for_cpus([3, 4], nodes) is None
+    assert sysfs_common.node_for_cpus([], nodes) is None
 
 
 def test_collect_live_reader_on_real_tree_matches_replay(tmp_path):
@@ -329,4 +332,4 @@ def test_collect_usable_cpus_never_below_a_memory_only_node():
 @pytest.mark.parametrize("value", ["../../etc", "a b", "x\n", "/sys/../x", 5])
 def test_check_cgroup_slice_refuses_what_is_no_cgroup_path(value):
     with pytest.raises(ValueError, match="cgroup_slice"):
-        sysfs.check_cgroup_slice(value)
+        sysfs_limits.check_cgroup_slice(value)

@@ -16,6 +16,9 @@ import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_common
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_limits
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_pci
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, RecordingReader
@@ -65,7 +68,7 @@ def test_list_file_with_nul_inside_is_still_refused():
     files = {"/sys/devices/system/node/node0/cpulist": "0-1\0,7\n"}
     warnings = []
     assert sysfs.numa_nodes(_reader(files), warnings)[0]["cpus"] is None
-    assert any("node0/cpulist" in w for w in warnings) and sysfs.NUL_LISTS not in warnings
+    assert any("node0/cpulist" in w for w in warnings) and sysfs_common.NUL_LISTS not in warnings
 
 
 def test_bitmap_fallback_bad_mask_warns_naming_file():
@@ -76,14 +79,14 @@ def test_bitmap_fallback_bad_mask_warns_naming_file():
 
 
 def test_cgroup_mounts_default_without_mountinfo():
-    assert sysfs.cgroup_mounts(_reader({}), []) == ("/sys/fs/cgroup", "/sys/fs/cgroup/cpuset")
+    assert sysfs_limits.cgroup_mounts(_reader({}), []) == ("/sys/fs/cgroup", "/sys/fs/cgroup/cpuset")
 
 
 def test_cgroup_mounts_escaped_and_refused_points():
     text = ("35 22 0:30 / /run/my\\040cg rw - cgroup2 cgroup2 rw\n"
             "36 22 0:31 / /x/../etc rw - cgroup cgroup rw,cpuset\n")
     warnings = []
-    assert sysfs.cgroup_mounts(_reader({"/proc/self/mountinfo": text}), warnings) == ("/run/my cg", None)
+    assert sysfs_limits.cgroup_mounts(_reader({"/proc/self/mountinfo": text}), warnings) == ("/run/my cg", None)
     assert any("not a plain absolute path" in w for w in warnings)
 
 
@@ -98,4 +101,4 @@ def test_recorded_mountinfo_keeps_cgroup_lines_only():
 def test_pci_device_without_interfaces_of_other_class_is_no_nic():
     files = {"/sys/bus/pci/devices/0000:00:1f.0/class": "0x060100\n",
              "/sys/bus/pci/devices/0000:00:1f.0/vendor": "0x8086\n"}
-    assert sysfs.pci_devices(_reader(files), [], [])[1] == []
+    assert sysfs_pci.pci_devices(_reader(files), [], [])[1] == []
