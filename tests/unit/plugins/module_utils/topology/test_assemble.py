@@ -308,27 +308,6 @@ def test_gather_live_root_prefix_reads_copied_tree(tmp_path):
     assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "SYS"
 
 
-def machines_with_pcie_links():
-    found = []
-    for path in MACHINE_DIRS:
-        with open(os.path.join(path, "expected.yml")) as handle:
-            if (yaml.safe_load(handle) or {}).get("pcie_links"):
-                found.append(path)
-    return found
-
-
-@pytest.mark.parametrize("path", machines_with_pcie_links(), ids=machine_id)
-def test_pci_tree_links_recorded_machines_match_expected_pcie_links(path):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs, sysfs_pci
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
-
-    with open(os.path.join(path, "expected.yml")) as handle:
-        expected = yaml.safe_load(handle)
-    part = sysfs.collect(CaptureReader(load_capture(os.path.join(path, "capture.yml"))))
-    # The PCI tree alone, without the XGMI links KFD adds on top.
-    assert sysfs_pci.pci_tree_links(part["gpus"], part["numa_nodes"]) == expected["pcie_links"]
-
-
 def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(tmp_path):
     # No NVIDIA driver here: a stand-in binary prints recorded output, so the
     # live command path (binary override, C locale runner, recording) runs.
