@@ -5,8 +5,6 @@
 
 from __future__ import absolute_import, division, print_function
 
-
-
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import partial as topology_partial
 
 __metaclass__ = type

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-
-
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
