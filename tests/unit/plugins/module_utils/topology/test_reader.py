@@ -52,5 +52,3 @@ def test_recording_reader_records_commands_only_when_answered():
     recorder.run("nvidia-smi topo -m")
     recorder.run("gpufleet-no-such-binary")
     assert recorder.capture["commands"] == {"nvidia-smi topo -m": "topo -m\n"}
-
-

@@ -101,3 +101,9 @@ def test_record_keeps_only_the_cpu_lines_of_proc_self_status(tmp_path):
     assert recorder.capture["files"]["/proc/self/status"] == "Cpus_allowed:\t0f\nCpus_allowed_list:\t0-3\n"
     assert [n["usable_cpus"] for n in facts["numa_nodes"]] == ["0-1", "2-3"]
     assert [n["usable_cpus"] for n in facts_from_capture(recorder.capture)["numa_nodes"]] == ["0-1", "2-3"]
+
+
+def test_gather_returns_the_facts_and_the_nvml_record_by_name():
+    got = gather(CaptureReader(two_gpu_host().capture(commands={TOPO_COMMAND: TOPO_TEXT})))
+    assert got.facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "NV4"
+    assert got.nvml is None
