@@ -20,7 +20,7 @@ Standard library only (runs on targets).
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_common
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gpu_table import (
     PCIE_KEYS,
@@ -63,18 +63,18 @@ def _numa_nodes_from_partials(partials):
 
 def _resolve_numa(record, gid, nodes, warnings, cpu_sets=None):
     numa = record["numa"]
-    node = numa[0][1] if numa else None
-    others = [(s, n) for s, n in numa if n != node]
+    node = numa[0].value if numa else None
+    others = [said for said in numa if said.value != node]
     if others:
         warnings.append(
             "GPU %s: sources disagree on its NUMA node (%s); using %s from %s"
-            % (gid, ", ".join("%s says %s" % (s, n) for s, n in numa), node, numa[0][0])
+            % (gid, ", ".join("%s says %s" % (said.source, said.value) for said in numa), node, numa[0].source)
         )
-    cpus = record["cpus"][0][1] if record["cpus"] else None
+    cpus = record["cpus"][0].value if record["cpus"] else None
     reported = record["numa_reported"]
     if node is None and cpus:
         try:
-            guess = sysfs.node_for_cpus(parse_cpulist(cpus), nodes, cpu_sets)
+            guess = sysfs_common.node_for_cpus(parse_cpulist(cpus), nodes, cpu_sets)
         except ValueError:
             guess = None
         if guess is not None:
@@ -147,14 +147,15 @@ def _away_from_memory_nodes(record, gid, memory_only, warnings):
     can): that node becomes its memory_numa_node, and its CPU locality comes
     from the other sources or its local CPUs."""
     kept = []
-    for source, node in record["numa"]:
+    for said in record["numa"]:
+        source, node = said
         if node in memory_only:
             if record["memory_numa"] is None:
                 record["memory_numa"] = node
             warnings.append("GPU %s: %s puts it on NUMA node %d, which has no CPUs (memory only); taken as the "
                             "GPU's memory node, not its CPU locality" % (gid, source, node))
         else:
-            kept.append((source, node))
+            kept.append(said)
     record["numa"] = kept
 
 
@@ -241,7 +242,7 @@ def _nodes(sys_part, ordered, table):
 def _gpus(table, nodes, warnings):
     memory_only = set(n["id"] for n in nodes if n.get("cpus") == "")
     gpus = []
-    cpu_sets = sysfs.node_cpu_sets(nodes)
+    cpu_sets = sysfs_common.node_cpu_sets(nodes)
     for record in sorted(table.records, key=sort_key):
         gid = record_id(record)
         if memory_only:

@@ -27,7 +27,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader impo
     file_kind,
     read_at_most,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.sysfs import DEFAULT_SLICE
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.sysfs_limits import DEFAULT_SLICE
 
 CAPTURE_KEYS = (
     "capture_version",
@@ -293,5 +293,5 @@ def facts_from_capture(capture, hostname=None, max_bytes=CAPTURE_MAX_BYTES, cgro
     """
     data = load_capture(capture, max_bytes=max_bytes)
     reader = CaptureReader(data)
-    facts = gather(reader, hostname=hostname or data.get("hostname"), captured=True, cgroup_slice=cgroup_slice)[0]
+    facts = gather(reader, hostname=hostname or data.get("hostname"), captured=True, cgroup_slice=cgroup_slice).facts
     return facts

@@ -8,8 +8,16 @@ only (runs on targets).
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 IDENTITY_FIELDS = ("uuid", "name", "memory_mb", "mig_mode", "pci_class")
 PCIE_KEYS = ("current_speed", "max_speed", "current_width", "max_width")
+
+# What one source says of a GPU (its NUMA node, its local CPUs), kept in
+# precedence order in the record's "numa" and "cpus" lists.
+SourceValue = namedtuple("SourceValue", "source value")
+# A record as merge_links finds it: which record (its id()) and its GPU id in the facts.
+_RecordRef = namedtuple("_RecordRef", "identity gpu_id")
 
 
 def partial_key(gpu):
@@ -61,8 +69,8 @@ class GpuTable(object):
             "mig_mode": None,
             "pci_class": None,
             "pcie": None,
-            "numa": [],  # (source, node) in precedence order
-            "cpus": [],  # (source, cpulist) in precedence order
+            "numa": [],  # SourceValue(source, node) in precedence order
+            "cpus": [],  # SourceValue(source, cpulist) in precedence order
             "seen_by": [],
             "numa_reported": gpu.get("numa_node_reported"),
             "memory_numa": None,  # the GPU's own memory node (Grace: a NUMA node without CPUs)
@@ -85,9 +93,9 @@ class GpuTable(object):
         if not pcie_known(record["pcie"]) and pcie_known(gpu.get("pcie")):
             record["pcie"] = dict((k, gpu["pcie"].get(k)) for k in PCIE_KEYS)
         if gpu.get("numa_node") is not None:
-            record["numa"].append((source, gpu["numa_node"]))
+            record["numa"].append(SourceValue(source, gpu["numa_node"]))
         if gpu.get("local_cpus"):
-            record["cpus"].append((source, gpu["local_cpus"]))
+            record["cpus"].append(SourceValue(source, gpu["local_cpus"]))
         if record["memory_numa"] is None and gpu.get("memory_numa_node") is not None:
             record["memory_numa"] = gpu["memory_numa_node"]
         record["seen_by"].append(source)
@@ -105,7 +113,7 @@ def record_id(record):
 
 def merge_links(links, partial_links, table, source, warnings):
     # Work per link is two dict lookups: a 1,000-GPU matrix has a million.
-    ids = dict((key, (id(record), record_id(record))) for key, record in table.by_key.items())
+    ids = dict((key, _RecordRef(id(record), record_id(record))) for key, record in table.by_key.items())
     for key_a, row in (partial_links or {}).items():
         rec_a = ids.get(key_a)
         if rec_a is None:
@@ -114,8 +122,8 @@ def merge_links(links, partial_links, table, source, warnings):
         out = None
         for key_b, cls in (row or {}).items():
             rec_b = ids.get(key_b)
-            if rec_b is None or rec_b[0] == rec_a[0] or not cls:
+            if rec_b is None or rec_b.identity == rec_a.identity or not cls:
                 continue
             if out is None:
-                out = links.setdefault(rec_a[1], {})
-            out[rec_b[1]] = cls
+                out = links.setdefault(rec_a.gpu_id, {})
+            out[rec_b.gpu_id] = cls

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""NVML as a topology source: `collect()` reads, `parse()` interprets.
+"""NVML as a topology source, the reading half: `collect()` reads, and
+nvml_parse.parse() interprets what it read.
 
 `collect(pynvml)` takes the imported `pynvml` module (PyPI package
 `nvidia-ml-py`) and returns a plain, YAML/JSON-serialisable record of what
@@ -10,10 +11,8 @@ never raises: every call that fails (an NVMLError such as "Not Supported",
 a function missing from old bindings, anything else) is recorded under the
 record's or the device's `errors` and its value is None.
 
-`parse(raw)` turns such a record into the partial dict every topology
-source returns (docs/facts.md). It never raises either: `error` is None
-unless the parser itself failed. It reads at most MAX_DEVICES devices and
-quotes recorded values in warnings cut (topology_reader.excerpt).
+nvml_parse.parse(raw) turns such a record into the partial dict every
+topology source returns (docs/facts.md).
 
 Record format (`collector_version: 1`)::
 
@@ -40,12 +39,7 @@ from __future__ import absolute_import, division, print_function
 
 import os
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import (
-    cpus_from_words,
-    format_cpulist,
-)
-from ansible_collections.gpufleet.numa.plugins.module_utils.common.pci import MAX_GPUS, PCIE_LINK_CLASSES, normalize_bus_id
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import excerpt
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.pci import MAX_GPUS
 
 __metaclass__ = type
 
@@ -58,21 +52,6 @@ MAX_DEVICES = MAX_GPUS  # anything above is a broken binding, not a machine
 REMOTE_GPU = 0
 REMOTE_IBMNPU = 1
 REMOTE_SWITCH = 2
-
-# nvmlDeviceGetTopologyCommonAncestor levels -> nvidia-smi link class.
-# 0 is "internal" (two GPUs on one board, e.g. K80): nothing is closer
-# on PCIe, so it ranks with PIX.
-TOPOLOGY_LEVELS = dict(zip((0, 10, 20, 30, 40, 50), PCIE_LINK_CLASSES[:1] + PCIE_LINK_CLASSES))
-
-# PCIe generation -> the transfer rate as sysfs writes it.
-PCIE_SPEEDS = {
-    1: "2.5 GT/s PCIe",
-    2: "5.0 GT/s PCIe",
-    3: "8.0 GT/s PCIe",
-    4: "16.0 GT/s PCIe",
-    5: "32.0 GT/s PCIe",
-    6: "64.0 GT/s PCIe",
-}
 
 
 def import_pynvml():
@@ -118,7 +97,7 @@ def _call(errors, key, module, name, *args):
         return None, False
 
 
-def _int_or_none(value):
+def int_or_none(value):
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -132,21 +111,8 @@ def _words(array):
         return None
 
 
-def _collect_device(pynvml, index, handle, cpu_words):
-    errors = {}
-    device = {
-        "index": index,
-        "bus_id": None,
-        "uuid": None,
-        "name": None,
-        "memory_total": None,
-        "mig_mode": None,
-        "pcie": None,
-        "cpu_affinity": None,
-        "memory_affinity": None,
-        "nvlinks": [],
-        "errors": errors,
-    }
+def _identity(pynvml, handle, device, errors):
+    """Bus id, UUID, name, memory and MIG mode of one device into device."""
     pci, ok = _call(errors, "bus_id", pynvml, "nvmlDeviceGetPciInfo", handle)
     if ok:
         device["bus_id"] = _text(getattr(pci, "busId", None))
@@ -156,7 +122,7 @@ def _collect_device(pynvml, index, handle, cpu_words):
     device["name"] = _text(value) if ok else None
     memory, ok = _call(errors, "memory_total", pynvml, "nvmlDeviceGetMemoryInfo", handle)
     if ok:
-        device["memory_total"] = _int_or_none(getattr(memory, "total", None))
+        device["memory_total"] = int_or_none(getattr(memory, "total", None))
     mig, ok = _call(errors, "mig_mode", pynvml, "nvmlDeviceGetMigMode", handle)
     if ok:
         try:
@@ -164,6 +130,8 @@ def _collect_device(pynvml, index, handle, cpu_words):
         except (TypeError, ValueError, LookupError):  # any shape but a pair
             errors["mig_mode"] = "unexpected value %r" % (mig,)
 
+
+def _pcie_generations(pynvml, handle, errors):
     pcie = {}
     for key, name in (
         ("current_generation", "nvmlDeviceGetCurrPcieLinkGeneration"),
@@ -172,9 +140,12 @@ def _collect_device(pynvml, index, handle, cpu_words):
         ("max_width", "nvmlDeviceGetMaxPcieLinkWidth"),
     ):
         value, ok = _call(errors, "pcie." + key, pynvml, name, handle)
-        pcie[key] = _int_or_none(value) if ok else None
-    device["pcie"] = pcie
+        pcie[key] = int_or_none(value) if ok else None
+    return pcie
 
+
+def _affinities(pynvml, handle, cpu_words, device, errors):
+    """CPU and memory affinity words, and the GPU's own NUMA node where NVML has one, into device."""
     scope_node = getattr(pynvml, "NVML_AFFINITY_SCOPE_NODE", 0)
     words, ok = _call(
         errors, "cpu_affinity", pynvml, "nvmlDeviceGetCpuAffinityWithinScope", handle, cpu_words, scope_node
@@ -192,11 +163,15 @@ def _collect_device(pynvml, index, handle, cpu_words):
     if ok:
         device["memory_affinity"] = {"scope": "node", "bits": WORD_BITS, "words": _words(words)}
     value, ok = _call({}, "gpu_numa_node", pynvml, "nvmlDeviceGetNumaNodeId", handle)
-    value = _int_or_none(value) if ok and not isinstance(value, bool) else None
+    value = int_or_none(value) if ok and not isinstance(value, bool) else None
     if value is not None and 0 <= value < 1 << 20:
         device["gpu_numa_node"] = value
 
-    max_links = _int_or_none(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)) or 18
+
+def _nvlinks(pynvml, handle, errors):
+    """[{link, active, remote_bus_id, remote_device_type}] up to the device's last link."""
+    entries = []
+    max_links = int_or_none(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)) or 18
     enabled = getattr(pynvml, "NVML_FEATURE_ENABLED", 1)
     for link in range(max_links):
         state, ok = _call(errors, "nvlink_state[%d]" % link, pynvml, "nvmlDeviceGetNvLinkState", handle, link)
@@ -212,16 +187,33 @@ def _collect_device(pynvml, index, handle, cpu_words):
             if ok:
                 entry["remote_bus_id"] = _text(getattr(remote, "busId", None))
             kind, ok = _call(
-                errors,
-                "nvlink_remote_type[%d]" % link,
-                pynvml,
-                "nvmlDeviceGetNvLinkRemoteDeviceType",
-                handle,
-                link,
+                errors, "nvlink_remote_type[%d]" % link, pynvml, "nvmlDeviceGetNvLinkRemoteDeviceType", handle, link
             )
             if ok:
-                entry["remote_device_type"] = _int_or_none(kind)
-        device["nvlinks"].append(entry)
+                entry["remote_device_type"] = int_or_none(kind)
+        entries.append(entry)
+    return entries
+
+
+def _collect_device(pynvml, index, handle, cpu_words):
+    errors = {}
+    device = {
+        "index": index,
+        "bus_id": None,
+        "uuid": None,
+        "name": None,
+        "memory_total": None,
+        "mig_mode": None,
+        "pcie": None,
+        "cpu_affinity": None,
+        "memory_affinity": None,
+        "nvlinks": [],
+        "errors": errors,
+    }
+    _identity(pynvml, handle, device, errors)
+    device["pcie"] = _pcie_generations(pynvml, handle, errors)
+    _affinities(pynvml, handle, cpu_words, device, errors)
+    device["nvlinks"] = _nvlinks(pynvml, handle, errors)
     return device
 
 
@@ -246,7 +238,7 @@ def collect(pynvml, cpu_count=None):
 
 
 def _collect(pynvml, raw, errors, cpu_count):
-    cpu_count = _int_or_none(cpu_count)
+    cpu_count = int_or_none(cpu_count)
     raw["cpu_count"] = cpu_count if cpu_count and cpu_count > 0 else (os.cpu_count() or 1)
     cpu_words = (raw["cpu_count"] + WORD_BITS - 1) // WORD_BITS
     dummy, ok = _call(errors, "init", pynvml, "nvmlInit")
@@ -260,7 +252,7 @@ def _collect(pynvml, raw, errors, cpu_count):
         count, ok = _call(errors, "device_count", pynvml, "nvmlDeviceGetCount")
         if not ok:
             return
-        count = _int_or_none(count)
+        count = int_or_none(count)
         if count is None or not 0 <= count <= MAX_DEVICES:
             errors["device_count"] = "implausible device count %r" % (count,)
             return
@@ -286,209 +278,6 @@ def _collect(pynvml, raw, errors, cpu_count):
                     handle_b,
                 )
                 if ok:
-                    raw["topology"].append({"a": a, "b": b, "level": _int_or_none(level)})
+                    raw["topology"].append({"a": a, "b": b, "level": int_or_none(level)})
     finally:
         _call(errors, "shutdown", pynvml, "nvmlShutdown")
-
-
-# --------------------------------------------------------------------------
-# parse
-
-
-MAX_WARNINGS = 200
-
-
-def _empty(warnings=None, error=None):
-    return {"gpus": [], "links": {}, "numa_nodes": [], "warnings": list(warnings or []), "error": error}
-
-
-def _mapping(value):
-    return value if isinstance(value, dict) else {}
-
-
-def _bus(value):
-    try:
-        return normalize_bus_id(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _affinity(value, what, label, warnings):
-    """{words, bits} -> sorted ids, or None."""
-    value = _mapping(value)
-    words = value.get("words")
-    bits = _int_or_none(value.get("bits", WORD_BITS)) or WORD_BITS
-    if words is None:
-        return None
-    if not isinstance(words, list) or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in words):
-        warnings.append("NVML: %s: unreadable %s %s" % (label, what, excerpt(words)))
-        return None
-    try:
-        return cpus_from_words(words, bits)
-    except ValueError as exc:
-        warnings.append("NVML: %s: unreadable %s (%s)" % (label, what, exc))
-        return None
-
-
-def _pcie(value):
-    value = _mapping(value)
-    if not value:
-        return None
-    current = _int_or_none(value.get("current_generation"))
-    maximum = _int_or_none(value.get("max_generation"))
-    return {
-        "current_speed": PCIE_SPEEDS.get(current),
-        "max_speed": PCIE_SPEEDS.get(maximum),
-        "current_width": _int_or_none(value.get("current_width")),
-        "max_width": _int_or_none(value.get("max_width")),
-    }
-
-
-def parse(raw):
-    """Turn a collect() record into the partial topology dict. Never raises."""
-    try:
-        partial = _parse(raw)
-    except Exception as exc:  # pylint: disable=broad-except
-        error = "%s: %s" % (type(exc).__name__, excerpt(str(exc), quote=False))
-        return _empty(["NVML: record could not be read (%s)" % error], error=error)
-    if len(partial["warnings"]) > MAX_WARNINGS:
-        partial["warnings"] = partial["warnings"][:MAX_WARNINGS] + [
-            "NVML: %d more warnings not shown" % (len(partial["warnings"]) - MAX_WARNINGS)]
-    return partial
-
-
-def _parse(raw):
-    if not isinstance(raw, dict):
-        return _empty(["NVML: record is not a mapping (got %s)" % type(raw).__name__])
-    partial = _empty()
-    warnings = partial["warnings"]
-    top_errors = _mapping(raw.get("errors"))
-    for key in ("collect", "init", "device_count"):
-        if key in top_errors:
-            warnings.append("NVML: %s failed: %s" % (key, excerpt(top_errors[key], quote=False)))
-    for key, message in sorted(top_errors.items(), key=lambda kv: str(kv[0])):
-        if str(key).startswith("handle["):
-            warnings.append("NVML: GPU %s could not be opened: %s" % (excerpt(str(key)[7:-1], 20, quote=False), excerpt(message, quote=False)))
-    devices = raw.get("devices")
-    if devices is None:
-        devices = []
-    if not isinstance(devices, list):
-        warnings.append("NVML: devices is not a list")
-        devices = []
-    if len(devices) > MAX_DEVICES:
-        warnings.append("NVML: %d devices recorded; only the first %d are read" % (len(devices), MAX_DEVICES))
-        devices = devices[:MAX_DEVICES]
-
-    keys = {}  # device index -> partial key
-    key_of_bus = {}
-    switch_links = {}
-    direct = {}
-    node_cpus = {}
-    for position, device in enumerate(devices):
-        if not isinstance(device, dict):
-            warnings.append("NVML: device entry %d is not a mapping" % position)
-            continue
-        errors = _mapping(device.get("errors"))
-        index = device.get("index")
-        index = index if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1 << 20 else None
-        label = "GPU %s" % (index if index is not None else "#%d" % position)
-        gpu = {
-            "index": index,
-            "pci_bus_id": _bus(device.get("bus_id")),
-            "uuid": device.get("uuid") if isinstance(device.get("uuid"), str) else None,
-            "name": device.get("name") if isinstance(device.get("name"), str) else None,
-            "memory_mb": None,
-            "numa_node": None,
-            "local_cpus": None,
-            "mig_mode": None,
-            "pcie": _pcie(device.get("pcie")),
-            "vendor": "nvidia",
-            "memory_numa_node": None,
-        }
-        if gpu["pci_bus_id"] is None:
-            warnings.append(
-                "NVML: %s: PCI bus id unknown (%s)" % (label, excerpt(errors.get("bus_id", device.get("bus_id"))))
-            )
-        memory = _int_or_none(device.get("memory_total"))
-        if memory is not None and not isinstance(device.get("memory_total"), bool):
-            gpu["memory_mb"] = memory // (1024 * 1024)
-        mig = _mapping(device.get("mig_mode"))
-        if mig.get("current") in (0, 1) and not isinstance(mig.get("current"), bool):
-            gpu["mig_mode"] = "enabled" if mig["current"] == 1 else "disabled"
-        cpus = _affinity(device.get("cpu_affinity"), "CPU affinity", label, warnings)
-        if cpus:
-            gpu["local_cpus"] = format_cpulist(cpus)
-        else:
-            warnings.append("NVML: %s: CPU affinity unknown" % label)
-        own = device.get("gpu_numa_node")
-        if isinstance(own, int) and not isinstance(own, bool) and 0 <= own < 1 << 20:
-            gpu["memory_numa_node"] = own
-        nodes = _affinity(device.get("memory_affinity"), "memory affinity", label, warnings)
-        if nodes and len(nodes) == 1:
-            gpu["numa_node"] = nodes[0]
-            if cpus:
-                node_cpus.setdefault(nodes[0], set()).update(cpus)
-        key = gpu["pci_bus_id"] or ("GPU%d" % index if index is not None else None)
-        if key is None or key in switch_links:
-            warnings.append("NVML: %s: no usable id (bus id and index unknown or repeated); skipped" % label)
-            continue
-        partial["gpus"].append(gpu)
-        if index is not None:
-            keys[index] = key
-        if gpu["pci_bus_id"]:
-            key_of_bus[gpu["pci_bus_id"]] = key
-        switch_links[key] = 0
-        direct[key] = {}
-        nvlinks = device.get("nvlinks")
-        for entry in nvlinks if isinstance(nvlinks, list) else []:
-            entry = _mapping(entry)
-            if entry.get("active") is not True:
-                continue
-            kind = entry.get("remote_device_type")
-            if kind == REMOTE_SWITCH:
-                switch_links[key] += 1
-            elif kind in (REMOTE_GPU, None):
-                remote = _bus(entry.get("remote_bus_id"))
-                if remote is not None:
-                    direct[key][remote] = direct[key].get(remote, 0) + 1
-            # REMOTE_IBMNPU: a GPU-CPU link (POWER), not between GPUs.
-
-    levels = {}
-    topology = raw.get("topology")
-    for entry in topology if isinstance(topology, list) else []:
-        entry = _mapping(entry)
-        a, b, level = entry.get("a"), entry.get("b"), entry.get("level")
-        if isinstance(a, int) and isinstance(b, int) and a in keys and b in keys:
-            levels[frozenset((keys[a], keys[b]))] = level
-
-    links = {}
-    ordered = list(partial["gpus"])
-    for i, gpu_a in enumerate(ordered):
-        key_a = gpu_a["pci_bus_id"] or "GPU%s" % gpu_a["index"]
-        for gpu_b in ordered[i + 1:]:
-            key_b = gpu_b["pci_bus_id"] or "GPU%s" % gpu_b["index"]
-            count = max(
-                direct[key_a].get(gpu_b["pci_bus_id"], 0) if gpu_b["pci_bus_id"] else 0,
-                direct[key_b].get(gpu_a["pci_bus_id"], 0) if gpu_a["pci_bus_id"] else 0,
-            )
-            if switch_links[key_a] and switch_links[key_b]:
-                # NVSwitch fabric: every pair gets the narrower GPU's
-                # switch-link count (nvidia-smi's NV18 on HGX H100).
-                count += min(switch_links[key_a], switch_links[key_b])
-            if count:
-                value = "NV%d" % count
-            else:
-                level = levels.get(frozenset((key_a, key_b)))
-                value = TOPOLOGY_LEVELS.get(level) if isinstance(level, int) else None
-                if value is None:
-                    warnings.append(
-                        "NVML: no link class for %s - %s (topology level %s)" % (key_a, key_b, excerpt(level))
-                    )
-                    continue
-            links.setdefault(key_a, {})[key_b] = value
-            links.setdefault(key_b, {})[key_a] = value
-    partial["links"] = links
-    partial["numa_nodes"] = [
-        {"id": node, "cpus": format_cpulist(cpus)} for node, cpus in sorted(node_cpus.items())
-    ]
-    return partial

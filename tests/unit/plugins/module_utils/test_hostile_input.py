@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_pci
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gather import gather, gather_live
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import MAX_CPUS, parse_cpulist, parse_cpumask
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import TOPO_COMMAND
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi_topo import TOPO_COMMAND
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import YAML_ALIAS_BUDGET, YAML_MAX_DEPTH, load_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES, CaptureReader
@@ -415,7 +416,7 @@ def test_capture_symlink_chains_resolve_in_bounded_steps():
 
 
 def test_sysfs_reads_at_most_max_gpus_and_still_the_nics(monkeypatch):
-    monkeypatch.setattr(sysfs, "MAX_GPUS", 2)
+    monkeypatch.setattr(sysfs_pci, "MAX_GPUS", 2)
     b = two_gpu_host()
     b.device("0000:c1:00.0", ["pci0000:c0", "0000:c0:01.0"], "0x030200", NVIDIA, numa_node="1", local_cpus="2-3")
     b.device("0000:e1:00.0", ["pci0000:e0", "0000:e0:01.0"], "0x020700", "0x15b3", numa_node="1", local_cpus="2-3")

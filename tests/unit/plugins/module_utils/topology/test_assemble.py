@@ -14,12 +14,11 @@ import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gather import gather, gather_live
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import QUERY_COMMAND, TOPO_COMMAND
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import QUERY_COMMAND
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi_topo import TOPO_COMMAND
 
+from ansible_collections.gpufleet.numa.tests.fixtures.two_gpu_host import QUERY_TEXT, TOPO_TEXT, two_gpu_host
 from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder
 
 MACHINES = os.path.join(fixture_paths.FIXTURES, "machines")
@@ -30,19 +29,6 @@ GPU_KEYS = {"id", "index", "pci_bus_id", "uuid", "name", "vendor", "numa_node", 
             "memory_mb", "mig_mode", "pcie", "memory_numa_node", "pci_class"}
 NODE_KEYS = {"id", "cpus", "memory_mb", "distances", "socket", "kind", "usable_cpus"}
 NVIDIA = "0x10de"
-
-# Two RTX A6000 with an NVLink bridge, one per socket, as nvidia-smi prints them.
-TOPO_TEXT = (
-    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-    "GPU0\t X \tNV4\t0-1,4-5\t0\t\tN/A\n"
-    "GPU1\tNV4\t X \t2-3,6-7\t1\t\tN/A\n"
-    "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n"
-    "  NV#  = Connection traversing a bonded set of # NVLinks\n"
-)
-QUERY_TEXT = (
-    "0, GPU-0b1c2d3e-aaaa-bbbb-cccc-000000000001, NVIDIA RTX A6000, 00000000:01:00.0, 49140, [N/A]\n"
-    "1, GPU-0b1c2d3e-aaaa-bbbb-cccc-000000000002, NVIDIA RTX A6000, 00000000:81:00.0, 49140, [N/A]\n"
-)
 
 
 def machine_id(path):
@@ -144,21 +130,6 @@ def test_facts_from_capture_topo_matrix_only():
     assert facts["links"] == {"GPU0": {"GPU1": "NV4"}, "GPU1": {"GPU0": "NV4"}}
 
 
-def two_gpu_host(numa=("0", "1")):
-    b = SysfsBuilder()
-    b.node(0, "0-1,4-5", memory_kb=2 << 20, distances=[10, 21])
-    b.node(1, "2-3,6-7", memory_kb=2 << 20, distances=[21, 10])
-    for cpu in range(8):
-        core = cpu % 4
-        b.cpu(cpu, 0 if core < 2 else 1, "%d,%d" % (core, core + 4))
-    b.online("0-7")
-    b.device("0000:01:00.0", ["pci0000:00", "0000:00:01.0"], "0x030200", NVIDIA, numa_node=numa[0],
-             local_cpus="0-1,4-5")
-    b.device("0000:81:00.0", ["pci0000:80", "0000:80:01.0"], "0x030200", NVIDIA, numa_node=numa[1],
-             local_cpus="2-3,6-7")
-    return b
-
-
 def test_assemble_sysfs_and_nvidia_smi_merge_by_bus_id_and_index():
     capture = two_gpu_host().capture(commands={TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT})
     facts = facts_from_capture(capture)
@@ -256,101 +227,6 @@ def test_assemble_gpu_on_bus_missing_from_nvidia_smi_warns():
     assert any("0000:81:00.0 is on the PCI bus but nvidia-smi does not list it" in w for w in facts["warnings"])
 
 
-def test_gather_skips_nvidia_smi_when_sysfs_shows_no_nvidia_gpu():
-    b = SysfsBuilder().node(0, "0-3").online("0-3")
-    b.device("0000:c1:00.0", ["pci0000:c0", "0000:c0:01.1"], "0x120000", "0x1002", device="0x74a1")
-    capture = b.capture(commands={TOPO_COMMAND: TOPO_TEXT})
-    facts, raw = gather(CaptureReader(capture))
-    assert raw is None
-    assert [g["vendor"] for g in facts["gpus"]] == ["amd"]
-    assert facts["gpus"][0]["index"] is None
-    assert "nvidia-smi" not in facts["sources"]
-
-
-def test_facts_from_capture_hostname_override_and_errors(tmp_path):
-    capture = two_gpu_host().capture(hostname="recorded")
-    assert facts_from_capture(capture)["hostname"] == "recorded"
-    assert facts_from_capture(capture, hostname="inventory-name")["hostname"] == "inventory-name"
-    bad = tmp_path / "bad.yml"
-    bad.write_text("capture_version: 7\n")
-    with pytest.raises(ValueError, match="bad.yml has capture_version 7"):
-        facts_from_capture(str(bad))
-
-
-def test_gather_live_this_machine_and_record_roundtrip():
-    facts, capture = gather_live(record=True, hostname="ci")
-    assert set(facts) == FACT_KEYS
-    assert facts["sources"][0] == "sysfs"
-    replayed = facts_from_capture(capture)
-    assert replayed["numa_nodes"] == facts["numa_nodes"]
-    assert replayed["gpus"] == facts["gpus"]
-    assert replayed["nics"] == facts["nics"]
-    assert replayed["sources"] == facts["sources"] + ["capture"]
-
-
-def write_tree(capture, root):
-    """Lay a capture's files and symlinks out under root, as a real sysfs tree."""
-    for path, content in capture["files"].items():
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-    for path, link in capture["symlinks"].items():
-        target = root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(link, str(target))
-
-
-def test_gather_live_root_prefix_reads_copied_tree(tmp_path):
-    write_tree(two_gpu_host().capture(), tmp_path)
-    facts = gather(LiveReader(root=str(tmp_path), which=lambda name: None), hostname="copy")[0]
-    assert [g["id"] for g in facts["gpus"]] == ["0000:01:00.0", "0000:81:00.0"]
-    assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "SYS"
-
-
-def machines_with_pcie_links():
-    found = []
-    for path in MACHINE_DIRS:
-        with open(os.path.join(path, "expected.yml")) as handle:
-            if (yaml.safe_load(handle) or {}).get("pcie_links"):
-                found.append(path)
-    return found
-
-
-@pytest.mark.parametrize("path", machines_with_pcie_links(), ids=machine_id)
-def test_pci_tree_links_recorded_machines_match_expected_pcie_links(path):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
-
-    with open(os.path.join(path, "expected.yml")) as handle:
-        expected = yaml.safe_load(handle)
-    part = sysfs.collect(CaptureReader(load_capture(os.path.join(path, "capture.yml"))))
-    # The PCI tree alone, without the XGMI links KFD adds on top.
-    assert sysfs.pci_tree_links(part["gpus"], part["numa_nodes"]) == expected["pcie_links"]
-
-
-def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(tmp_path):
-    # No NVIDIA driver here: a stand-in binary prints recorded output, so the
-    # live command path (binary override, C locale runner, recording) runs.
-    tree = tmp_path / "root"
-    write_tree(two_gpu_host().capture(), tree)
-    (tmp_path / "topo.txt").write_text(TOPO_TEXT)
-    (tmp_path / "query.txt").write_text(QUERY_TEXT)
-    binary = tmp_path / "nvidia-smi-recorded"
-    binary.write_text('#!/bin/sh\ncase "$1" in\n  topo) cat %s/topo.txt ;;\n  --query-gpu=*) cat %s/query.txt ;;\n'
-                      '  *) exit 9 ;;\nesac\n' % (tmp_path, tmp_path))
-    binary.chmod(0o755)
-    facts, recorded = gather_live(root=str(tree), nvidia_smi_binary=str(binary), record=True,
-                                           hostname="gpu-b")
-    assert facts["sources"] == ["sysfs", "nvidia-smi"]
-    assert facts["gpus"][0]["name"] == "NVIDIA RTX A6000"
-    assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "NV4"
-    assert recorded["commands"] == {TOPO_COMMAND: TOPO_TEXT, QUERY_COMMAND: QUERY_TEXT}
-    replayed = facts_from_capture(recorded)
-    assert replayed["gpus"] == facts["gpus"] and replayed["links"] == facts["links"]
-
-
-# ---------------------------------------------------------------- memory-only NUMA nodes (Grace Hopper, CXL)
-
 GH200 = os.path.join(MACHINES, "gh200_grace_hopper", "capture.yml")
 
 
@@ -406,22 +282,6 @@ def test_facts_nic_column_numa_node_null_when_its_gpus_disagree():
     ]
 
 
-def test_record_keeps_only_the_cpu_lines_of_proc_self_status(tmp_path):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import RecordingReader
-
-    tree = tmp_path / "root"
-    write_tree(two_gpu_host().capture(), tree)
-    (tree / "proc" / "self").mkdir(parents=True)
-    (tree / "proc" / "self" / "status").write_text(
-        "Name:\tansible\nUid:\t1000\t1000\t1000\t1000\nGroups:\t27 1000\nCpus_allowed:\t0f\n"
-        "Cpus_allowed_list:\t0-3\nMems_allowed_list:\t0-1\n")
-    recorder = RecordingReader(LiveReader(root=str(tree), which=lambda name: None))
-    facts = gather(recorder)[0]
-    assert recorder.capture["files"]["/proc/self/status"] == "Cpus_allowed:\t0f\nCpus_allowed_list:\t0-3\n"
-    assert [n["usable_cpus"] for n in facts["numa_nodes"]] == ["0-1", "2-3"]
-    assert [n["usable_cpus"] for n in facts_from_capture(recorder.capture)["numa_nodes"]] == ["0-1", "2-3"]
-
-
 def test_facts_plain_text_capture_with_tabs_keeps_its_nic_columns(tmp_path):
     # `nvidia-smi topo -m > host.txt`, tab-separated, with a NIC column and legend
     path = tmp_path / "host.txt"
@@ -432,12 +292,3 @@ def test_facts_plain_text_capture_with_tabs_keeps_its_nic_columns(tmp_path):
     assert [(n["id"], n["interfaces"], n["numa_node"], n["gpu_links"]) for n in facts["nics"]] == [
         ("NIC0", ["mlx5_0"], 0, {"GPU0": "PIX", "GPU1": "SYS"})]
     assert [g["memory_numa_node"] for g in facts["gpus"]] == [None, None]
-
-
-def test_summary_names_gpu_memory_nodes_and_usable_cpus():
-    lines = summary(facts_from_capture(GH200))
-    assert "NUMA node 1: CPUs none (a GPU's memory); memory 97280 MB" in lines
-    assert "NUMA node 2: CPUs none (memory only); memory 0 MB" in lines
-    lines = summary(facts_from_capture(os.path.join(MACHINES, "mi300x_8gpu_lxc_cpuset",
-                                                                      "capture.yml")))
-    assert "NUMA node 0 (socket 0): CPUs 0-55,112-167 (usable by services: 0-14,112-126); memory unknown" in lines

@@ -24,12 +24,10 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import nvml
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import nvml_parse
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import (
-    TOPO_COMMAND,
-    parse_query_gpu,
-    parse_topo_matrix,
-)
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi import parse_query_gpu
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvidia_smi_topo import TOPO_COMMAND, parse_topo_matrix
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.pci import is_link_class, normalize_bus_id
 
 __metaclass__ = type
@@ -259,7 +257,7 @@ _JSON = st.recursive(
 @FUZZ
 @given(_JSON)
 def test_nvml_parse_random_values_never_raise(raw):
-    assert_well_formed(nvml.parse(raw))
+    assert_well_formed(nvml_parse.parse(raw))
 
 
 def _paths(value, prefix=()):
@@ -288,7 +286,7 @@ def test_nvml_parse_damaged_recorded_records_never_raise(which, edits):
             del parent[path[-1]]
         else:
             parent[path[-1]] = value
-    assert_well_formed(nvml.parse(raw))
+    assert_well_formed(nvml_parse.parse(raw))
 
 
 class _ChaoticNVML:
@@ -323,4 +321,4 @@ def test_nvml_collect_on_chaotic_bindings_never_raises(data):
         "collector_version", "driver_version", "nvml_version", "cpu_count",
         "device_count", "errors", "devices", "topology",
     }
-    assert_well_formed(nvml.parse(raw))
+    assert_well_formed(nvml_parse.parse(raw))

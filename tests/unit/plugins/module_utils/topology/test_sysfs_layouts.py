@@ -61,41 +61,9 @@ def _reader(files):
     return CaptureReader({"capture_version": 1, "files": files})
 
 
-def test_list_file_with_nul_inside_is_still_refused():
-    files = {"/sys/devices/system/node/node0/cpulist": "0-1\0,7\n"}
-    warnings = []
-    assert sysfs.numa_nodes(_reader(files), warnings)[0]["cpus"] is None
-    assert any("node0/cpulist" in w for w in warnings) and sysfs.NUL_LISTS not in warnings
-
-
-def test_bitmap_fallback_bad_mask_warns_naming_file():
-    files = {"/sys/devices/system/node/node0/cpumap": "zz,00000003\n"}
-    warnings = []
-    assert sysfs.numa_nodes(_reader(files), warnings)[0]["cpus"] is None
-    assert any("node0/cpumap" in w for w in warnings)
-
-
-def test_cgroup_mounts_default_without_mountinfo():
-    assert sysfs.cgroup_mounts(_reader({}), []) == ("/sys/fs/cgroup", "/sys/fs/cgroup/cpuset")
-
-
-def test_cgroup_mounts_escaped_and_refused_points():
-    text = ("35 22 0:30 / /run/my\\040cg rw - cgroup2 cgroup2 rw\n"
-            "36 22 0:31 / /x/../etc rw - cgroup cgroup rw,cpuset\n")
-    warnings = []
-    assert sysfs.cgroup_mounts(_reader({"/proc/self/mountinfo": text}), warnings) == ("/run/my cg", None)
-    assert any("not a plain absolute path" in w for w in warnings)
-
-
 def test_recorded_mountinfo_keeps_cgroup_lines_only():
     text = ("22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
             "35 22 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
     recorder = RecordingReader(_reader({"/proc/self/mountinfo": text}))
     recorder.read("/proc/self/mountinfo")
     assert recorder.capture["files"]["/proc/self/mountinfo"] == "35 22 0:30 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
-
-
-def test_pci_device_without_interfaces_of_other_class_is_no_nic():
-    files = {"/sys/bus/pci/devices/0000:00:1f.0/class": "0x060100\n",
-             "/sys/bus/pci/devices/0000:00:1f.0/vendor": "0x8086\n"}
-    assert sysfs.pci_devices(_reader(files), [], [])[1] == []
