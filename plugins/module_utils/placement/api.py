@@ -19,6 +19,7 @@ work is done, one job each, by:
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import facts as _facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host as _host
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import SCHEMA_VERSION
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet import plan_fleet, plan_fleet_validated
@@ -42,8 +43,9 @@ def plan_host(facts, host=None, **options):
 
 
 def clear_cache():
-    """Forget memoised plans (benchmarks use it to time a cold run)."""
+    """Forget memoised plans and checked facts (benchmarks use it to time a cold run)."""
     _host.clear_cache()
+    _facts.clear_cache()
 
 
 def cache_size():
