@@ -15,7 +15,7 @@ import gc
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_facts
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import FleetSlots, plan_host_validated
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import FleetSlots, Slot, plan_host_validated
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.multinode import plan_multinode
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import (
     FLEET_OPTIONS,
@@ -83,7 +83,7 @@ def _plan_fleet(hosts, opts):
         while len(slots) < count:
             ordinal = len(slots)
             dist = opts["dist_port_base"] + ordinal * opts["dist_port_stride"]
-            slots.append(("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist))
+            slots.append(Slot("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist))
         return FleetSlots(opts["tp_size"], opts["pp_size"], slots, opts["dist_port_stride"] - 1)
 
     if opts["nodes_per_instance"] > 1:

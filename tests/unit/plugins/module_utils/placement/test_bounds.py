@@ -18,6 +18,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.placement import fleet_plan, socket_local_groups
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import domains as placement_domains
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import search as placement_search
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_hosts import make_facts
 
@@ -98,7 +99,7 @@ def test_plan_host_distinct_gpus_search_stops_at_its_budget(count, nodes, per_so
 def test_plan_host_vector_budget_fallback_runs_and_is_socket_local():
     # 32 distinct GPUs on one socket in groups of 8: 10.5 million candidate groups, more than VECTOR_BUDGET
     facts = big_host("odd", 32, 2, 2, distinct=True)
-    assert placement_search._count_vectors((1,) * 32, 8, placement_search.VECTOR_BUDGET) > placement_search.VECTOR_BUDGET
+    assert placement_domains.count_vectors((1,) * 32, 8, placement_domains.VECTOR_BUDGET) > placement_domains.VECTOR_BUDGET
     plan = placement.plan_host(facts, tp_size=8)
     assert fallback_warned(plan)
     # node by node in PCI order
@@ -164,7 +165,7 @@ def test_twin_classes_match_the_pairwise_definition():
         node = [rng.randint(0, 1) for _gpu in range(n)]
         sock = [rng.choice([0, ("node", 0)]) for _gpu in range(n)]
         members = sorted(rng.sample(range(n), rng.randint(1, n)))
-        assert placement_search._twin_classes(members, node, sock, score) == _twins_by_definition(
+        assert placement_domains.twin_classes(members, node, sock, score) == _twins_by_definition(
             members, node, sock, score)
 
 
@@ -174,11 +175,11 @@ def test_group_vectors_are_every_bounded_composition_largest_first():
         counts = [rng.randint(1, 4) for _class in range(rng.randint(1, 7))]
         tp = rng.randint(1, 9)
         dense = sorted((v for v in itertools.product(*(range(c + 1) for c in counts)) if sum(v) == tp), reverse=True)
-        got = [tuple(dict(vec).get(c, 0) for c in range(len(counts))) for vec in placement_search._group_vectors(counts, tp)]
+        got = [tuple(dict(vec).get(c, 0) for c in range(len(counts))) for vec in placement_domains.group_vectors(counts, tp)]
         assert got == dense
-        assert placement_search._count_vectors(counts, tp, 10 ** 9) == len(dense)
+        assert placement_domains.count_vectors(counts, tp, 10 ** 9) == len(dense)
 
 
 def test_group_vectors_of_a_thousand_classes_need_no_recursion():
-    assert len(placement_search._group_vectors([1] * 1000, 1)) == 1000
-    assert placement_search._group_vectors([1] * 1000, 1000) == [tuple((c, 1) for c in range(1000))]
+    assert len(placement_domains.group_vectors([1] * 1000, 1)) == 1000
+    assert placement_domains.group_vectors([1] * 1000, 1000) == [tuple((c, 1) for c in range(1000))]
