@@ -127,22 +127,30 @@ def link_score(link):
     return _pci.link_score(link)
 
 
+class GpuColumns(NamedTuple):
+    """The GPUs of a host in PCI order, as columns."""
+
+    gpus: tuple  # Gpu
+    numa_nodes: tuple  # its NUMA node or None
+    local_cpus: tuple  # its local_cpus or None
+
+
 def _read_gpus(facts, host, warnings):
-    """GpuRow per GPU, in PCI order (GPUs without a bus id after those with one, by index)."""
+    """GpuColumns in PCI order (GPUs without a bus id after those with one, by index)."""
     gpus = facts.get("gpus")
     if not isinstance(gpus, (list, tuple)):
         fail(host, "gpus", "must be a list", gpus)
     columns = _plain_gpu_columns(gpus)
     if columns is None:
         rows = [GpuRow(Gpu(*row[:5]), row[5], row[6]) for row in checks.checked_gpu_rows(gpus, host, warnings)]
-        rows.sort(key=_pci_order)
-        return rows
-    ids, buses, indices, uuids, names, nodes, local = columns
-    identities = list(map(tuple.__new__, itertools.repeat(Gpu), zip(ids, buses, indices, uuids, names)))
-    rows = list(map(tuple.__new__, itertools.repeat(GpuRow), zip(identities, nodes, local)))
-    if None in buses or list(buses) != sorted(buses):
-        rows.sort(key=_pci_order)
-    return rows
+    else:
+        ids, buses, indices, uuids, names, nodes, local = columns
+        identities = tuple(map(tuple.__new__, itertools.repeat(Gpu), zip(ids, buses, indices, uuids, names)))
+        if None not in buses and list(buses) == sorted(buses):
+            return GpuColumns(identities, nodes, local)
+        rows = list(map(tuple.__new__, itertools.repeat(GpuRow), zip(identities, nodes, local)))
+    rows.sort(key=_pci_order)
+    return GpuColumns(*map(tuple, zip(*rows))) if rows else GpuColumns((), (), ())
 
 
 def _plain_gpu_columns(gpus):
@@ -154,12 +162,11 @@ def _plain_gpu_columns(gpus):
     if not rows:
         return ((),) * len(checks.GPU_FIELDS)
     ids, buses, indices, uuids, names, nodes, local = columns = tuple(zip(*rows))
-    if not (set(map(type, ids)) <= _STR and all(ids) and len(set(ids)) == len(ids)
-            and set(map(type, buses)) <= _OPT_STR and set(map(type, uuids)) <= _OPT_STR
-            and set(map(type, names)) <= _OPT_STR and set(map(type, local)) <= _OPT_STR
-            and set(map(type, indices)) <= _OPT_INT and set(map(type, nodes)) <= _OPT_INT
-            and min(filter(_is_not_none, indices), default=0) >= 0
-            and min(filter(_is_not_none, nodes), default=0) >= 0):
+    # ids non-empty strings and unique; bus ids, UUIDs, names and local_cpus strings or null;
+    # indices and nodes integers >= 0 or null (filter(None, ...) leaves out null and 0)
+    if not (set(map(type, itertools.chain(ids, buses, uuids, names, local))) <= _OPT_STR and all(ids)
+            and len(set(ids)) == len(ids) and set(map(type, itertools.chain(indices, nodes))) <= _OPT_INT
+            and min(filter(None, itertools.chain(indices, nodes)), default=0) >= 0):
         return None
     try:
         for value in set(local):
@@ -171,10 +178,6 @@ def _plain_gpu_columns(gpus):
 
 
 _gpu_fields = operator.itemgetter(*checks.GPU_FIELDS)
-
-
-def _is_not_none(value):
-    return value is not None
 
 
 def _pci_order(row):
@@ -351,11 +354,10 @@ def read_host_facts(facts, host=None):
     if name is not None and not isinstance(name, str):
         fail(host, "hostname", "must be a string or null", name)
     warnings = []
-    rows = _read_gpus(facts, host, warnings)
-    gpus, gpu_nodes, gpu_local_cpus = zip(*rows) if rows else ((), (), ())
-    parts = _read_parts(facts, host, tuple(g.id for g in gpus))
-    topology = Topology(gpu_nodes, gpu_local_cpus, parts.links, parts.nodes, parts.sockets, parts.smt_siblings)
-    return HostFacts(host, gpus, topology, tuple(warnings))
+    gpus = _read_gpus(facts, host, warnings)
+    parts = _read_parts(facts, host, tuple(g.id for g in gpus.gpus))
+    topology = Topology(gpus.numa_nodes, gpus.local_cpus, parts.links, parts.nodes, parts.sockets, parts.smt_siblings)
+    return HostFacts(host, gpus.gpus, topology, tuple(warnings))
 
 
 def host_facts(host, value):

@@ -55,6 +55,7 @@ class GroupTemplate(NamedTuple):
     worst_link: Optional[str]
     reason: str
     binding: BindingTemplate
+    by_node: bool  # the unit binds by node: the instance owns its nodes' CPUs outright
 
 
 class Unused(NamedTuple):
@@ -231,6 +232,7 @@ def _group_template(topo, gpus, score, stages, cpus, node_cpus, opts, idx, host,
         worst_link=worst_stage.worst_link,
         reason=reasons.group_reason(stage_entries, span, interleave),
         binding=binding,
+        by_node=bool(cpus.whole_nodes and not cpus.shared_node),
     ), note
 
 
