@@ -114,7 +114,6 @@ class CheckedParts(NamedTuple):
 
 _NONE = type(None)
 _OPT_STR = frozenset((str, _NONE))
-_STR = frozenset((str,))
 _INT = frozenset((int,))
 _OPT_INT = frozenset((int, _NONE))
 _CPU_LISTS = frozenset((list, tuple))

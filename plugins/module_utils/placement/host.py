@@ -59,13 +59,17 @@ def plan_host_validated(facts, opts, host=None, fleet_slots=None):
     fleet_slots(count, host) -> FleetSlots, when planning for a fleet: the
     groups are then built directly as fleet instances (name, ordinal, ports).
     """
+    return plan_host_view(read_host_view(facts, host), opts, fleet_slots)
+
+
+def read_host_view(facts, host=None):
+    """read_host_facts; any failure is a PlacementError naming the host, never a traceback."""
     try:
-        view = read_host_facts(facts, host)
+        return read_host_facts(facts, host)
     except PlacementError:
         raise
     except Exception as exc:  # pylint: disable=broad-except
         raise _planner_failed(host if host else host_name(facts), exc) from None
-    return plan_host_view(view, opts, fleet_slots)
 
 
 def plan_host_view(view, opts, fleet_slots=None):
