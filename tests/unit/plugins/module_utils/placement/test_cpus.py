@@ -115,3 +115,16 @@ def test_plan_host_too_few_cpus_overlap_with_warning():
     plan = placement.plan_host(facts, tp_size=1)
     assert [g["cpus"] for g in plan["groups"]] == ["0", "1", "0", "1"]
     assert any("overlap" in w for w in plan["warnings"])
+
+
+# ---------------------------------------------------------------- SocketKey
+
+
+def test_socket_key_known_socket_or_the_node_alone():
+    from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpus import SocketKey
+
+    assert SocketKey.of(1, {1: 0}) == SocketKey(0, None) and SocketKey.of(1, {1: 0}).known
+    alone = SocketKey.of(3, {1: 0})
+    assert alone == SocketKey(None, 3) and not alone.known
+    keys = [SocketKey(None, 0), SocketKey(1, None), SocketKey(0, None)]
+    assert sorted(keys, key=SocketKey.order) == [SocketKey(0, None), SocketKey(1, None), SocketKey(None, 0)]
