@@ -170,7 +170,8 @@ def _cpu_sources(topology, inst_nodes, node_socket, available, notes):
     for idx, entry in enumerate(inst_nodes):
         src = [(n, w) for n, w in entry if available.get(n)]
         if not src:
-            fallback = _nearest_cpu_node(topology, entry[0][0], node_socket, available)
+            (first_node, _w) = entry[0]
+            fallback = _nearest_cpu_node(topology, first_node, node_socket, available)
             if fallback is None:
                 notes.append("instance %d: no CPUs known for NUMA node(s) %s; not CPU-pinned" % (
                     idx, fmt_ints(n for n, _w in entry)))
@@ -198,7 +199,8 @@ def _share_nodes(users, available, cores, count, notes):
     for n, members in users.items():
         cpus = available[n]
         if len(members) == 1:
-            parts[members[0][0]].update(cpus)
+            ((only, _w),) = members
+            parts[only].update(cpus)
             continue
         for idx, _w in members:
             shared[idx] = True

@@ -191,7 +191,8 @@ class Domain(object):
                 worst,
                 pair_sum,
             )
-            self.vectors.append(Candidate(vec[0][0], vec, worst, value, self.encode(vec)))
+            ((first, _count), *_rest) = vec
+            self.vectors.append(Candidate(first, vec, worst, value, self.encode(vec)))
 
     def _layout(self):
         # Counts per class packed into one integer, each field with a guard bit

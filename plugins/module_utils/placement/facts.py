@@ -141,7 +141,8 @@ def _read_gpus(facts, host, warnings):
         fail(host, "gpus", "must be a list", gpus)
     columns = _plain_gpu_columns(gpus)
     if columns is None:
-        rows = [GpuRow(Gpu(*row[:5]), row[5], row[6]) for row in checks.checked_gpu_rows(gpus, host, warnings)]
+        rows = [GpuRow(Gpu(gid, bus, index, uuid, name), node, local)
+                for gid, bus, index, uuid, name, node, local in checks.checked_gpu_rows(gpus, host, warnings)]
     else:
         ids, buses, indices, uuids, names, nodes, local = columns
         identities = tuple(map(tuple.__new__, itertools.repeat(Gpu), zip(ids, buses, indices, uuids, names)))

@@ -124,10 +124,10 @@ def checked_gpu_rows(gpus, host, warnings):
                     gpu_node(host, path + ".numa_node", node, warnings, gid),
                     cpulist_field(host, path + ".local_cpus", local)))
     seen = set()
-    for i, row in enumerate(out):
-        if row[0] in seen:
-            raise PlacementError("host %s: %s.gpus[%d].id: GPU id %s appears twice" % (host, ROOT, i, row[0]))
-        seen.add(row[0])
+    for i, (gid, *_rest) in enumerate(out):
+        if gid in seen:
+            raise PlacementError("host %s: %s.gpus[%d].id: GPU id %s appears twice" % (host, ROOT, i, gid))
+        seen.add(gid)
     return out
 
 

@@ -182,7 +182,7 @@ def instantiate(template, view, fleet=None):
             # instance owns its nodes' CPUs outright.
             "binding": {"mode": binding.mode, "cpus": binding.cpus, "mems": list(binding.mems),
                         "policy": binding.policy, "by_node": grp.by_node,
-                        "workers": [{"gpu_index": g[2], "node": node, "cpus": cpus}
+                        "workers": [{"gpu_index": g.index, "node": node, "cpus": cpus}
                                     for g, (node, cpus) in zip(members, binding.workers)]},
             "worst_link": grp.worst_link,
             "reason": grp.reason,

@@ -13,6 +13,7 @@ most one instance, and the hosts are taken N at a time in planning order.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpus import fmt_ints
@@ -125,13 +126,8 @@ def _show_shape(key):
     count, gpu_names = key
     if not count:
         return "no GPUs"
-    parts = []
-    for name in gpu_names:
-        if parts and parts[-1][0] == name:
-            parts[-1][1] += 1
-        else:
-            parts.append([name, 1])
-    return " + ".join("%d x %s" % (n, name or "(name unknown)") for name, n in parts)
+    return " + ".join("%d x %s" % (len(list(same)), name or "(name unknown)")
+                      for name, same in itertools.groupby(gpu_names))
 
 
 def check_shapes(views, nodes):
