@@ -6,7 +6,7 @@
 Each instance gets the CPUs of its own NUMA node(s), minus the reserved
 housekeeping cores; instances sharing a node split it by physical core in
 proportion to their GPUs there. Reads only the host's Topology
-(placement_facts.py).
+(placement/facts.py).
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 # Apache License 2.0 (see LICENSE)
 """Placement, part 4: the plan of a fleet (docs/plan.md, fleet_plan).
 
-Every host is planned on its own (placement_host.py), so adding a host
+Every host is planned on its own (placement/host.py), so adding a host
 never moves an instance on another; names and ports depend only on the
 per-host ordinal. Instances over several hosts (nodes_per_instance > 1)
-are placement_multinode.py's.
+are placement/multinode.py's.
 """
 
 from __future__ import annotations
