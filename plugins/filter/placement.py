@@ -46,6 +46,8 @@ def socket_local_groups(topology, tp_size=None, **options):
         return placement.plan_host_validated(topology, opts)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.socket_local_groups: %s" % exc)
+    except Exception as exc:  # pylint: disable=broad-except
+        raise _unexpected("socket_local_groups", exc)
 
 
 def fleet_plan(fleet, tp_size=None, **options):
@@ -59,6 +61,16 @@ def fleet_plan(fleet, tp_size=None, **options):
         return placement.plan_fleet_validated(_host_facts(fleet, opts["hosts"]), opts)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan: %s" % exc)
+    except AnsibleFilterError:
+        raise
+    except Exception as exc:  # pylint: disable=broad-except
+        raise _unexpected("fleet_plan", exc)
+
+
+def _unexpected(name, exc):
+    """A filter error for a failure the planner did not foresee (it names the host itself where it knows it)."""
+    return AnsibleFilterError("gpufleet.numa.%s: the planner failed (%s: %s)"
+                              % (name, type(exc).__name__, value_checks.show(str(exc))))
 
 
 def _host_facts(hosts, wanted=None):

@@ -8,17 +8,19 @@ output is the plan contract of docs/plan.md. The rules and the objective
 are documented in docs/placement.md. This module is the public face; the
 work is done, one job each, by:
 
-- placement_options.py: the options, checked (PlacementError);
-- placement_facts.py: one host's facts, checked and read into a frozen view;
-- placement_search.py: which GPUs form groups;
-- placement_cpus.py: the CPUs of each instance;
-- placement_host.py: the plan of one host, memoised on what it reads;
-- placement_fleet.py: the plan of a fleet, ports and names;
-- placement_multinode.py: instances over several hosts (nodes_per_instance).
+- options.py: the options, checked (PlacementError);
+- facts.py (checks in facts_checks.py): one host's facts, checked and read into a frozen view;
+- search.py (inside one domain: domains.py): which GPUs form groups;
+- cpus.py: the CPUs of each instance; binding.py: how its unit binds;
+- template.py (words in reasons.py): a host's plan by GPU position;
+- host.py: the plan of one host, its template memoised on what it reads;
+- fleet.py (warnings in fleet_warnings.py): the plan of a fleet, ports and names;
+- multinode.py: instances over several hosts (nodes_per_instance).
 """
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import facts as _facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host as _host
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import SCHEMA_VERSION
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet import plan_fleet, plan_fleet_validated
@@ -42,8 +44,9 @@ def plan_host(facts, host=None, **options):
 
 
 def clear_cache():
-    """Forget memoised plans (benchmarks use it to time a cold run)."""
+    """Forget memoised plans and checked facts (benchmarks use it to time a cold run)."""
     _host.clear_cache()
+    _facts.clear_cache()
 
 
 def cache_size():

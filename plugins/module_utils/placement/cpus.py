@@ -6,12 +6,12 @@
 Each instance gets the CPUs of its own NUMA node(s), minus the reserved
 housekeeping cores; instances sharing a node split it by physical core in
 proportion to their GPUs there. Reads only the host's Topology
-(placement_facts.py).
+(placement/facts.py).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import cpulist as _cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import cpulist_cpus
@@ -41,12 +41,62 @@ def node_sockets(topology):
     return result
 
 
+class SocketKey(NamedTuple):
+    """A socket as placement keys it: the socket id the facts give, or, for a
+    NUMA node whose socket is unknown, that node standing alone as its own
+    socket (docs/placement.md, rule 7). The one type every socket is keyed by."""
+
+    socket: Optional[int]  # None: the socket is unknown
+    node: Optional[int]  # the node standing for an unknown socket; None when the socket is known
+
+    @classmethod
+    def of(cls, node, node_socket):
+        """The key of NUMA node `node`'s socket (node_socket from node_sockets)."""
+        socket = node_socket.get(node)
+        return cls(socket, None) if socket is not None else cls(None, node)
+
+    @property
+    def known(self):
+        return self.socket is not None
+
+    def order(self):
+        """Sort key: known sockets by id, then the nodes of unknown sockets by id."""
+        return (0, self.socket) if self.socket is not None else (1, self.node)
+
+
 def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
     """(CpuSet per instance, notes).
 
     inst_nodes: per instance, ((node, GPUs of the instance on it), ...) sorted by node.
     """
     notes = []
+    node_cpus, usable = _node_cpus(topology, inst_nodes, notes)
+    cores = _Cores(topology, node_cpus, notes)
+    # Only usable CPUs are handed out (cgroup cpuset, allowed list, isolcpus):
+    # numactl refuses a CPU outside the service's allowed set.
+    available = dict((n, set(c)) for n, c in usable.items())
+    if reserved:
+        _reserve(available, node_cpus, node_socket, cores, reserved, host)
+    sources = _cpu_sources(topology, inst_nodes, node_socket, available, notes)
+    users = {}
+    for idx, src in enumerate(sources):
+        for n, w in src:
+            users.setdefault(n, []).append((idx, w))
+    _note_unusable(sorted(set(n for entry in inst_nodes for n, _w in entry) | set(users)), node_cpus, usable, notes)
+    parts, shared = _share_nodes(users, available, cores, len(inst_nodes), notes)
+    plan = []
+    for i, part in enumerate(parts):
+        # Whole nodes: binding by node (numactl --cpunodebind) means the same
+        # CPUs; otherwise (reserved cores, shared or borrowed nodes) bind by CPU list.
+        node_set = set()
+        for n, _w in inst_nodes[i]:
+            node_set.update(node_cpus.get(n) or ())
+        plan.append(CpuSet(_cpulist.format_cpulist(part), shared[i], bool(part) and part == node_set))
+    return plan, notes
+
+
+def _node_cpus(topology, inst_nodes, notes):
+    """(node -> its CPUs, node -> its usable CPUs); a node missing from numa_nodes takes its GPUs' local_cpus."""
     node_cpus = dict((n.id, cpulist_cpus(n.cpus)) for n in topology.nodes)
     usable = dict((n.id, cpulist_cpus(n.usable)) for n in topology.nodes)
     for entry in inst_nodes:
@@ -55,65 +105,73 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
                 node_cpus[n] = usable[n] = _gpu_local_cpus(topology, n)
                 notes.append("NUMA node %d is not in numa_nodes; using its GPUs' local_cpus (%s)" % (
                     n, _cpulist.format_cpulist(node_cpus[n]) or "none"))
-    core_of = {}
-    for core in topology.smt_siblings:
-        for cpu in core:
-            core_of[cpu] = tuple(sorted(core))
-    assumed = {}  # node -> offset of the sibling pairs assumed for it (SMT unknown)
-    if not topology.smt_siblings:
-        assumed = assumed_smt_offsets(node_cpus)
-        for n, offset in assumed.items():
-            have = set(node_cpus[n])
-            for cpu in node_cpus[n]:
-                if cpu + offset in have:
-                    core_of[cpu] = core_of[cpu + offset] = (cpu, cpu + offset)
-    smt = bool(core_of)
-    told = set()
+    return node_cpus, usable
 
-    def tell(n, why):
-        if n in assumed and n not in told:
-            told.add(n)
-            notes.append("SMT siblings unknown (smt_siblings is empty): NUMA node %d's CPUs are taken as sibling "
-                         "pairs n and n+%d, the usual Linux numbering, to %s" % (n, assumed[n], why))
 
-    def cores(cpus):
+class _Cores(object):
+    """Physical cores from the SMT sibling lists, or the sibling pairs assumed without them (told once per node)."""
+
+    def __init__(self, topology, node_cpus, notes):
+        self.notes = notes
+        self.core_of = {}
+        for core in topology.smt_siblings:
+            for cpu in core:
+                self.core_of[cpu] = tuple(sorted(core))
+        self.assumed = {}  # node -> offset of the sibling pairs assumed for it (SMT unknown)
+        if not topology.smt_siblings:
+            self.assumed = assumed_smt_offsets(node_cpus)
+            for n, offset in self.assumed.items():
+                have = set(node_cpus[n])
+                for cpu in node_cpus[n]:
+                    if cpu + offset in have:
+                        self.core_of[cpu] = self.core_of[cpu + offset] = (cpu, cpu + offset)
+        self.told = set()
+
+    def tell(self, n, why):
+        """Say once per node that its sibling pairs are assumed, and what for."""
+        if n in self.assumed and n not in self.told:
+            self.told.add(n)
+            self.notes.append("SMT siblings unknown (smt_siblings is empty): NUMA node %d's CPUs are taken as "
+                              "sibling pairs n and n+%d, the usual Linux numbering, to %s" % (n, self.assumed[n], why))
+
+    def of(self, cpus):
         """Physical cores (tuples of threads) of a CPU set, by lowest thread."""
-        if smt:
+        if self.core_of:
             seen = {}
             for cpu in cpus:
-                core = core_of.get(cpu, (cpu,))
+                core = self.core_of.get(cpu, (cpu,))
                 seen[core] = tuple(c for c in core if c in cpus)
             return sorted(seen.values())
         return [(c,) for c in sorted(cpus)]
 
-    # Only usable CPUs are handed out (cgroup cpuset, allowed list, isolcpus):
-    # numactl refuses a CPU outside the service's allowed set.
-    available = dict((n, set(c)) for n, c in usable.items())
-    # Reserved housekeeping CPUs: the first N physical cores of each socket.
-    if reserved:
-        sockets = {}
-        for n in available:
-            label = node_socket.get(n)
-            sockets.setdefault(("node", n) if label is None else label, set()).update(available[n])
-        taken = set()
-        for cpus in sockets.values():
-            for core in cores(cpus)[:reserved]:
-                taken.update(core)
-        for n in sorted(node_cpus):
-            if taken & set(node_cpus[n]):
-                tell(n, "reserve whole cores (reserved_cpus_per_socket)")
-        for n in available:
-            if available[n] and not (available[n] - taken):
-                raise PlacementError("host %s: reserved_cpus_per_socket %d leaves no CPUs on NUMA node %d"
-                                     % (host, reserved, n))
-            available[n] -= taken
 
-    # Which nodes give each instance its CPUs (never a memory-only node).
+def _reserve(available, node_cpus, node_socket, cores, reserved, host):
+    """Take the reserved housekeeping CPUs out of available: the first `reserved` physical cores of each socket."""
+    sockets = {}
+    for n in available:
+        sockets.setdefault(SocketKey.of(n, node_socket), set()).update(available[n])
+    taken = set()
+    for cpus in sockets.values():
+        for core in cores.of(cpus)[:reserved]:
+            taken.update(core)
+    for n in sorted(node_cpus):
+        if taken & set(node_cpus[n]):
+            cores.tell(n, "reserve whole cores (reserved_cpus_per_socket)")
+    for n in available:
+        if available[n] and not (available[n] - taken):
+            raise PlacementError("host %s: reserved_cpus_per_socket %d leaves no CPUs on NUMA node %d"
+                                 % (host, reserved, n))
+        available[n] -= taken
+
+
+def _cpu_sources(topology, inst_nodes, node_socket, available, notes):
+    """Per instance, the ((node, weight), ...) that give it CPUs (never a memory-only node)."""
     sources = []
     for idx, entry in enumerate(inst_nodes):
         src = [(n, w) for n, w in entry if available.get(n)]
         if not src:
-            fallback = _nearest_cpu_node(topology, entry[0][0], node_socket, available)
+            (first_node, _w) = entry[0]
+            fallback = _nearest_cpu_node(topology, first_node, node_socket, available)
             if fallback is None:
                 notes.append("instance %d: no CPUs known for NUMA node(s) %s; not CPU-pinned" % (
                     idx, fmt_ints(n for n, _w in entry)))
@@ -122,29 +180,33 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
                     idx, fmt_ints(n for n, _w in entry), fallback))
                 src = [(fallback, 1)]
         sources.append(src)
+    return sources
 
-    users = {}
-    for idx, src in enumerate(sources):
-        for n, w in src:
-            users.setdefault(n, []).append((idx, w))
-    for n in sorted(set(n for entry in inst_nodes for n, _w in entry) | set(users)):
+
+def _note_unusable(nodes, node_cpus, usable, notes):
+    for n in nodes:
         left_out = set(node_cpus.get(n) or ()) - set(usable.get(n) or ())
         if left_out:
             notes.append("NUMA node %d: CPUs %s are not usable by services (not in its usable_cpus %s: cgroup "
                          "cpuset, allowed CPUs or isolcpus); not handed out" % (
                              n, _cpulist.format_cpulist(left_out), _cpulist.format_cpulist(usable[n]) or "none"))
-    parts = [set() for _inst in inst_nodes]
-    shared = [False] * len(inst_nodes)
+
+
+def _share_nodes(users, available, cores, count, notes):
+    """(CPU set per instance, whether it shares a node): a node's CPUs to its one user, or split by core."""
+    parts = [set() for _inst in range(count)]
+    shared = [False] * count
     for n, members in users.items():
         cpus = available[n]
         if len(members) == 1:
-            parts[members[0][0]].update(cpus)
+            ((only, _w),) = members
+            parts[only].update(cpus)
             continue
         for idx, _w in members:
             shared[idx] = True
-        tell(n, "split it between the %d instances sharing it by core" % len(members))
+        cores.tell(n, "split it between the %d instances sharing it by core" % len(members))
         # by physical core; without SMT information, contiguous runs of the cpulist
-        units = cores(cpus)
+        units = cores.of(cpus)
         if len(units) < len(members):
             units = [(c,) for c in sorted(cpus)]
             if len(units) >= len(members):
@@ -159,15 +221,7 @@ def assign_cpus(topology, node_socket, inst_nodes, reserved, host):
         for (idx, _w), chunk in zip(members, _split(units, [w for _i, w in members])):
             for unit in chunk:
                 parts[idx].update(unit)
-    plan = []
-    for i, part in enumerate(parts):
-        # Whole nodes: binding by node (numactl --cpunodebind) means the same
-        # CPUs; otherwise (reserved cores, shared or borrowed nodes) bind by CPU list.
-        node_set = set()
-        for n, _w in inst_nodes[i]:
-            node_set.update(node_cpus.get(n) or ())
-        plan.append(CpuSet(_cpulist.format_cpulist(part), shared[i], bool(part) and part == node_set))
-    return plan, notes
+    return parts, shared
 
 
 def assumed_smt_offsets(node_cpus):

@@ -6,40 +6,44 @@
 The one place where the facts (docs/facts.md, schema 1) given to the
 planner are checked: every field the planner reads, its shape and its
 type. Anything else fails with a PlacementError naming the host and the
-field path ("host gpu-a: numa_topology.gpus[3].numa_node must be an
-integer >= 0, -1 (unknown) or null, got 'x'"). A numa_node of -1 (the
-kernel's NUMA_NO_NODE) reads as unknown, with a warning. A node's usable_cpus must be a
-subset of its cpus. Fields the planner does not read (memory_mb, vendor, pcie, nics, a
-node's kind, a GPU's memory_numa_node, ...) are neither checked nor kept.
+field path (placement/facts_checks.py says what is wrong). A numa_node of
+-1 (the kernel's NUMA_NO_NODE) reads as unknown, with a warning. A node's
+usable_cpus must be a subset of its cpus. Fields the planner does not read
+(memory_mb, vendor, pcie, nics, a node's kind, a GPU's memory_numa_node,
+...) are neither checked nor kept.
 
 The result is a frozen view in plain types: the GPUs' identities in PCI
 order, and a Topology holding everything else the planner reads. The plan
 of a host is a function of its Topology, the excluded GPUs and the
-options, so that triple is the key of the plan cache (placement_host.py):
+options, so that triple is the key of the plan cache (placement/host.py):
 a fact the planner reads is in the key because the planner reads it from
 the key.
+
+Hosts of one kind hold the same links, NUMA nodes, sockets and SMT
+siblings: that part is checked once per distinct content (CheckedParts,
+keyed by an exact serialisation of the plain values), the GPUs of every
+host each time.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import marshal
 import operator
 from collections.abc import Mapping
 from typing import NamedTuple, Optional
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import cpulist as _cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import pci as _pci
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import facts_checks as checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts_checks import ROOT, cpulist_cpus, fail
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
 
 SCHEMA_VERSION = 1
 
-# The kernel's NUMA_NO_NODE: sysfs numa_node reads -1 when the firmware does
-# not say. Unknown, never node -1 (and never node 0).
-NO_NODE = -1
-
-ROOT = "numa_topology"
+__all__ = ["Gpu", "HostFacts", "Node", "SCHEMA_VERSION", "Socket", "Topology", "cpulist_cpus", "host_facts",
+           "host_name", "link_score", "read_host_facts"]
 
 
 class Gpu(NamedTuple):
@@ -91,72 +95,29 @@ class HostFacts(NamedTuple):
     warnings: tuple  # what the reader itself noticed (numa_node -1)
 
 
-# Each reader below takes plain values of exactly the documented types on a
-# fast path (a fleet is mostly such hosts) and sends anything else through
-# the checks that say what is wrong, or that turn the str/int subclasses
-# templating hands in into plain values.
+class GpuRow(NamedTuple):
+    """One GPU as the reader reads it: its identity and where it sits."""
+
+    gpu: Gpu
+    numa_node: Optional[int]
+    local_cpus: Optional[str]
+
+
+class CheckedParts(NamedTuple):
+    """The part of a host's Topology that does not depend on its GPUs' fields (beyond their ids)."""
+
+    links: tuple
+    nodes: tuple
+    sockets: tuple
+    smt_siblings: tuple
+
 
 _NONE = type(None)
 _OPT_STR = frozenset((str, _NONE))
-_STR = frozenset((str,))
 _INT = frozenset((int,))
 _OPT_INT = frozenset((int, _NONE))
 _CPU_LISTS = frozenset((list, tuple))
 
-
-def _fail(host, path, rule, value):
-    raise PlacementError("host %s: %s.%s %s, got %s" % (host, ROOT, path, rule, show(value)))
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_mapping(value):
-    return value.__class__ is dict or isinstance(value, Mapping)
-
-
-def _text(host, path, value, allow_none=True):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, str) and (value or allow_none):
-        return str(value)
-    _fail(host, path, "must be a string or null" if allow_none else "must be a non-empty string", value)
-
-
-def _opt_int(host, path, value, minimum=0):
-    if value is None:
-        return None
-    if _is_int(value) and value >= minimum:
-        return int(value)
-    _fail(host, path, "must be an integer >= %d or null" % minimum, value)
-
-
-def _int(host, path, value, minimum=0):
-    if _is_int(value) and value >= minimum:
-        return int(value)
-    _fail(host, path, "must be an integer >= %d" % minimum, value)
-
-
-def _list(host, path, value):
-    """A list field; null or missing is the empty list."""
-    if value is None:
-        return ()
-    if isinstance(value, (list, tuple)):
-        return value
-    _fail(host, path, "must be a list", value)
-
-
-def _mapping(host, path, value):
-    if _is_mapping(value):
-        return value
-    _fail(host, path, "must be a mapping", value)
-
-
-@functools.lru_cache(maxsize=1024)
-def cpulist_cpus(text):
-    """CPU ids of a cpulist, as a tuple (few distinct cpulists in a fleet: parsed once each)."""
-    return tuple(_cpulist.parse_cpulist(text))
 
 
 @functools.lru_cache(maxsize=256)
@@ -165,46 +126,31 @@ def link_score(link):
     return _pci.link_score(link)
 
 
-def _cpulist_field(host, path, value):
-    """A cpulist string or null."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        _fail(host, path, "must be a cpulist string or null", value)
-    value = str(value)
-    try:
-        cpulist_cpus(value)
-    except ValueError as exc:
-        _fail(host, path, "must be a cpulist (%s)" % exc, value)
-    return value
+class GpuColumns(NamedTuple):
+    """The GPUs of a host in PCI order, as columns."""
 
-
-def _gpu_node(host, path, value, warnings, gid):
-    if value is None:
-        return None
-    if _is_int(value):
-        if value == NO_NODE:
-            warnings.append("GPU %s reports numa_node -1; NUMA node unknown" % gid)
-            return None
-        if value >= 0:
-            return int(value)
-    _fail(host, path, "must be an integer >= 0, -1 (unknown) or null", value)
+    gpus: tuple  # Gpu
+    numa_nodes: tuple  # its NUMA node or None
+    local_cpus: tuple  # its local_cpus or None
 
 
 def _read_gpus(facts, host, warnings):
-    """(Gpu, numa node, local_cpus) per GPU, in PCI order (GPUs without a bus id after those with one, by index)."""
+    """GpuColumns in PCI order (GPUs without a bus id after those with one, by index)."""
     gpus = facts.get("gpus")
     if not isinstance(gpus, (list, tuple)):
-        _fail(host, "gpus", "must be a list", gpus)
+        fail(host, "gpus", "must be a list", gpus)
     columns = _plain_gpu_columns(gpus)
     if columns is None:
-        return _read_gpus_one_by_one(gpus, host, warnings)
-    ids, buses, indices, uuids, names, nodes, local = columns
-    identities = list(map(tuple.__new__, itertools.repeat(Gpu), zip(ids, buses, indices, uuids, names)))
-    rows = list(zip(identities, nodes, local))
-    if None in buses or list(buses) != sorted(buses):
-        rows.sort(key=_pci_order)
-    return rows
+        rows = [GpuRow(Gpu(gid, bus, index, uuid, name), node, local)
+                for gid, bus, index, uuid, name, node, local in checks.checked_gpu_rows(gpus, host, warnings)]
+    else:
+        ids, buses, indices, uuids, names, nodes, local = columns
+        identities = tuple(map(tuple.__new__, itertools.repeat(Gpu), zip(ids, buses, indices, uuids, names)))
+        if None not in buses and list(buses) == sorted(buses):
+            return GpuColumns(identities, nodes, local)
+        rows = list(map(tuple.__new__, itertools.repeat(GpuRow), zip(identities, nodes, local)))
+    rows.sort(key=_pci_order)
+    return GpuColumns(*map(tuple, zip(*rows))) if rows else GpuColumns((), (), ())
 
 
 def _plain_gpu_columns(gpus):
@@ -214,60 +160,29 @@ def _plain_gpu_columns(gpus):
     except (TypeError, KeyError, IndexError):
         return None  # not a dict, or a field missing
     if not rows:
-        return ((),) * len(_GPU_FIELD_ORDER)
+        return ((),) * len(checks.GPU_FIELDS)
     ids, buses, indices, uuids, names, nodes, local = columns = tuple(zip(*rows))
-    if not (set(map(type, ids)) <= _STR and all(ids) and len(set(ids)) == len(ids)
-            and set(map(type, buses)) <= _OPT_STR and set(map(type, uuids)) <= _OPT_STR
-            and set(map(type, names)) <= _OPT_STR and set(map(type, local)) <= _OPT_STR
-            and set(map(type, indices)) <= _OPT_INT and set(map(type, nodes)) <= _OPT_INT
-            and min(filter(_is_not_none, indices), default=0) >= 0
-            and min(filter(_is_not_none, nodes), default=0) >= 0):
+    # ids non-empty strings and unique; bus ids, UUIDs, names and local_cpus strings or null;
+    # indices and nodes integers >= 0 or null (filter(None, ...) leaves out null and 0)
+    if not (set(map(type, itertools.chain(ids, buses, uuids, names, local))) <= _OPT_STR and all(ids)
+            and len(set(ids)) == len(ids) and set(map(type, itertools.chain(indices, nodes))) <= _OPT_INT
+            and min(filter(None, itertools.chain(indices, nodes)), default=0) >= 0):
         return None
     try:
-        for text in set(local):
-            if text is not None:
-                cpulist_cpus(text)
+        for value in set(local):
+            if value is not None:
+                cpulist_cpus(value)
     except ValueError:
         return None
     return columns
 
 
-def _is_not_none(value):
-    return value is not None
+_gpu_fields = operator.itemgetter(*checks.GPU_FIELDS)
 
 
 def _pci_order(row):
-    gpu = row[0]
+    gpu = row.gpu
     return (gpu.pci_bus_id is None, gpu.pci_bus_id or "", gpu.index is None, gpu.index or 0, gpu.id)
-
-
-def _read_gpus_one_by_one(gpus, host, warnings):
-    """_read_gpus for anything but plain valid GPUs: say what is wrong, or make the values plain."""
-    out = []
-    for i, gpu in enumerate(gpus):
-        if not _is_mapping(gpu):
-            _fail(host, "gpus[%d]" % i, "must be a mapping", gpu)
-        gid, bus, index, uuid, name, node, local = map(gpu.get, _GPU_FIELD_ORDER)  # missing is null
-        path = "gpus[%d]" % i
-        gid = _text(host, path + ".id", gid, allow_none=False)
-        bus = _text(host, path + ".pci_bus_id", bus)
-        index = _opt_int(host, path + ".index", index)
-        uuid = _text(host, path + ".uuid", uuid)
-        name = _text(host, path + ".name", name)
-        node = _gpu_node(host, path + ".numa_node", node, warnings, gid)
-        local = _cpulist_field(host, path + ".local_cpus", local)
-        out.append((Gpu(gid, bus, index, uuid, name), node, local))
-    seen = set()
-    for i, row in enumerate(out):
-        if row[0].id in seen:
-            raise PlacementError("host %s: %s.gpus[%d].id: GPU id %s appears twice" % (host, ROOT, i, row[0].id))
-        seen.add(row[0].id)
-    out.sort(key=_pci_order)
-    return out
-
-
-_GPU_FIELD_ORDER = ("id", "pci_bus_id", "index", "uuid", "name", "numa_node", "local_cpus")
-_gpu_fields = operator.itemgetter(*_GPU_FIELD_ORDER)
 
 
 def _read_links(facts, host, ids):
@@ -275,8 +190,8 @@ def _read_links(facts, host, ids):
     links = facts.get("links")
     if links is None:
         links = {}
-    elif not _is_mapping(links):
-        _fail(host, "links", "must be a mapping", links)
+    elif not checks.is_mapping(links):
+        fail(host, "links", "must be a mapping", links)
     n = len(ids)
     rows = []
     for i, a in enumerate(ids):
@@ -284,8 +199,8 @@ def _read_links(facts, host, ids):
         if row is None:
             rows.append([None] * n)
             continue
-        if not _is_mapping(row):
-            _fail(host, "links[%s]" % show(a), "must be a mapping", row)
+        if not checks.is_mapping(row):
+            fail(host, "links[%s]" % show(a), "must be a mapping", row)
         row = list(map(row.get, ids))
         row[i] = None  # no self pairs
         rows.append(row)
@@ -294,7 +209,7 @@ def _read_links(facts, host, ids):
         for i, row in enumerate(rows):
             for j, link in enumerate(row):
                 if link is not None and not isinstance(link, str):
-                    _fail(host, "links[%s][%s]" % (show(ids[i]), show(ids[j])), "must be a link class or null", link)
+                    fail(host, "links[%s][%s]" % (show(ids[i]), show(ids[j])), "must be a link class or null", link)
                 row[j] = None if link is None else str(link)
     for link in set(flat):
         if link is None:
@@ -316,73 +231,35 @@ def _read_links(facts, host, ids):
     return tuple(map(tuple, rows))
 
 
-@functools.lru_cache(maxsize=1024)
-def _slit_row(items):
-    """((node, distance), ...) by node from a SLIT row's (str key, int distance) items, or ValueError.
-
-    Hosts of one kind share their rows: each distinct row is checked once."""
-    pairs = {}
-    for key, value in items:
-        if not (key.isdecimal() and key.isascii()) or value < 0:
-            raise ValueError(key)
-        pairs[int(key)] = value
-    if len(pairs) != len(items):
-        raise ValueError(items)
-    return tuple(sorted(pairs.items()))
-
-
-def _read_distances(host, path, raw):
-    """A SLIT row: node id (int, or its decimal string after JSON) -> distance."""
-    # exact types first: lru_cache compares keys with ==, and 10 == 10.0 == True
-    if raw.__class__ is dict and set(map(type, raw)) <= _STR and set(map(type, raw.values())) <= _INT:
-        try:
-            return _slit_row(tuple(raw.items()))
-        except ValueError:
-            pass  # the checks below say what is wrong
-    _mapping(host, path, raw)
-    pairs = {}
-    for key, value in raw.items():
-        if _is_int(key) and key >= 0:
-            to = int(key)
-        elif isinstance(key, str) and key.isdecimal() and key.isascii():
-            to = int(key)
-        else:
-            _fail(host, path, "keys must be NUMA node ids", key)
-        if to in pairs:
-            _fail(host, path, "must name each node once", raw)
-        pairs[to] = _int(host, "%s[%s]" % (path, show(key)), value)
-    return tuple(sorted(pairs.items()))
-
-
 def _read_nodes(facts, host):
     """NUMA nodes by id."""
     nodes = {}
-    for i, entry in enumerate(_list(host, "numa_nodes", facts.get("numa_nodes"))):
-        if not _is_mapping(entry):
-            _fail(host, "numa_nodes[%d]" % i, "must be a mapping", entry)
+    for i, entry in enumerate(checks.a_list(host, "numa_nodes", facts.get("numa_nodes"))):
+        if not checks.is_mapping(entry):
+            fail(host, "numa_nodes[%d]" % i, "must be a mapping", entry)
         node_id, cpus, socket, distances, usable = map(entry.get, _NODE_FIELDS)
         if not (node_id.__class__ is int and node_id >= 0 and (socket is None or (socket.__class__ is int and socket >= 0))):
-            node_id = _int(host, "numa_nodes[%d].id" % i, node_id)
-            socket = _opt_int(host, "numa_nodes[%d].socket" % i, socket)
+            node_id = checks.integer(host, "numa_nodes[%d].id" % i, node_id)
+            socket = checks.opt_int(host, "numa_nodes[%d].socket" % i, socket)
         if node_id in nodes:
             raise PlacementError("host %s: %s.numa_nodes[%d].id: NUMA node %d appears twice" % (host, ROOT, i, node_id))
         if cpus is not None:
-            cpus = _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus) if cpus.__class__ is not str else cpus
+            cpus = checks.cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus) if cpus.__class__ is not str else cpus
             try:
                 cpulist_cpus(cpus)
             except ValueError:
-                _cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus)
+                checks.cpulist_field(host, "numa_nodes[%d].cpus" % i, cpus)
         if distances:
-            distances = _read_distances(host, "numa_nodes[%d].distances" % i, distances)
-        elif distances is not None and not _is_mapping(distances):
-            _fail(host, "numa_nodes[%d].distances" % i, "must be a mapping", distances)
+            distances = checks.distances(host, "numa_nodes[%d].distances" % i, distances)
+        elif distances is not None and not checks.is_mapping(distances):
+            fail(host, "numa_nodes[%d].distances" % i, "must be a mapping", distances)
         if usable is None:
             usable = cpus or ""
         else:
             path = "numa_nodes[%d].usable_cpus" % i
-            usable = _cpulist_field(host, path, usable)
+            usable = checks.cpulist_field(host, path, usable)
             if not set(cpulist_cpus(usable)) <= set(cpulist_cpus(cpus or "")):
-                _fail(host, path, "must be a subset of the node's cpus %s" % show(cpus or ""), usable)
+                fail(host, path, "must be a subset of the node's cpus %s" % show(cpus or ""), usable)
         nodes[node_id] = Node(node_id, cpus or "", socket, distances or (), usable, cpus == "")
     return tuple(nodes[n] for n in sorted(nodes))
 
@@ -392,39 +269,64 @@ _NODE_FIELDS = ("id", "cpus", "socket", "distances", "usable_cpus")
 
 def _read_sockets(facts, host):
     out = []
-    for i, entry in enumerate(_list(host, "sockets", facts.get("sockets"))):
-        if not _is_mapping(entry):
-            _fail(host, "sockets[%d]" % i, "must be a mapping", entry)
+    for i, entry in enumerate(checks.a_list(host, "sockets", facts.get("sockets"))):
+        if not checks.is_mapping(entry):
+            fail(host, "sockets[%d]" % i, "must be a mapping", entry)
         sid, members = entry.get("id"), entry.get("numa_nodes")
         if ((sid is None or (sid.__class__ is int and sid >= 0)) and members.__class__ is list
                 and set(map(type, members)) <= _INT and (not members or min(members) >= 0)):
             out.append(Socket(sid, tuple(members)))
-            continue
-        path = "sockets[%d]" % i
-        sid = _opt_int(host, path + ".id", sid)
-        members = tuple(
-            _int(host, "%s.numa_nodes[%d]" % (path, k), n)
-            for k, n in enumerate(_list(host, path + ".numa_nodes", members))
-        )
-        out.append(Socket(sid, members))
+        else:
+            out.append(Socket(*checks.checked_socket(host, "sockets[%d]" % i, sid, members)))
     return tuple(out)
 
 
 def _read_smt(facts, host):
     """SMT sibling lists: lists of CPU ids."""
-    smt = _list(host, "smt_siblings", facts.get("smt_siblings"))
+    smt = checks.a_list(host, "smt_siblings", facts.get("smt_siblings"))
     if set(map(type, smt)) <= _CPU_LISTS and set(map(type, itertools.chain.from_iterable(smt))) <= _INT:
         return tuple(map(tuple, smt))
-    out = []
-    for i, core in enumerate(smt):
-        path = "smt_siblings[%d]" % i
-        if not isinstance(core, (list, tuple)):
-            _fail(host, path, "must be a list of CPU ids", core)
-        for k, cpu in enumerate(core):
-            if not _is_int(cpu):
-                _fail(host, "%s[%d]" % (path, k), "must be an integer (a CPU id)", cpu)
-        out.append(tuple(map(int, core)))
-    return tuple(out)
+    return checks.checked_smt(host, smt)
+
+
+# Checked parts by the exact serialisation of what they were read from.
+_CHECKED_LIMIT = 1024
+_CHECKED = {}
+
+
+def _parts_key(facts, ids):
+    """marshal's bytes of the GPU ids and the facts' links, numa_nodes, sockets and smt_siblings, or None.
+
+    marshal writes only the built-in types, each with its own type code (a
+    str or int subclass, a bool for an int, a float for an int are refused
+    or written differently), so equal bytes mean equal values of equal
+    types: the checks' answer cannot differ. Anything else (templated
+    subclasses, other mappings) is checked each time.
+    """
+    try:
+        return marshal.dumps((ids, facts.get("links"), facts.get("numa_nodes"), facts.get("sockets"),
+                              facts.get("smt_siblings")), 2)
+    except ValueError:
+        return None
+
+
+def _read_parts(facts, host, ids):
+    """CheckedParts of a host; each distinct content is checked once (its errors each time, naming the host)."""
+    key = _parts_key(facts, ids)
+    parts = _CHECKED.get(key) if key is not None else None
+    if parts is None:
+        parts = CheckedParts(_read_links(facts, host, ids), _read_nodes(facts, host), _read_sockets(facts, host),
+                             _read_smt(facts, host))
+        if key is not None:
+            if len(_CHECKED) >= _CHECKED_LIMIT:
+                _CHECKED.clear()
+            _CHECKED[key] = parts
+    return parts
+
+
+def clear_cache():
+    """Forget the checked parts (benchmarks use it to time a cold run)."""
+    _CHECKED.clear()
 
 
 def host_name(facts, host=None):
@@ -443,26 +345,19 @@ def read_host_facts(facts, host=None):
     if not isinstance(facts, Mapping):
         raise PlacementError("host %s: topology facts must be a mapping, got %s" % (host, type(facts).__name__))
     version = facts.get("schema_version")
-    if not _is_int(version) or version != SCHEMA_VERSION:
+    if not checks.is_int(version) or version != SCHEMA_VERSION:
         raise PlacementError(
             "host %s: topology facts schema_version is %s, this collection reads %d"
             % (host, show(version), SCHEMA_VERSION)
         )
     name = facts.get("hostname")
     if name is not None and not isinstance(name, str):
-        _fail(host, "hostname", "must be a string or null", name)
+        fail(host, "hostname", "must be a string or null", name)
     warnings = []
-    rows = _read_gpus(facts, host, warnings)
-    gpus, gpu_nodes, gpu_local_cpus = zip(*rows) if rows else ((), (), ())
-    topology = Topology(
-        gpu_nodes=gpu_nodes,
-        gpu_local_cpus=gpu_local_cpus,
-        links=_read_links(facts, host, [g.id for g in gpus]),
-        nodes=_read_nodes(facts, host),
-        sockets=_read_sockets(facts, host),
-        smt_siblings=_read_smt(facts, host),
-    )
-    return HostFacts(host, gpus, topology, tuple(warnings))
+    gpus = _read_gpus(facts, host, warnings)
+    parts = _read_parts(facts, host, tuple(g.id for g in gpus.gpus))
+    topology = Topology(gpus.numa_nodes, gpus.local_cpus, parts.links, parts.nodes, parts.sockets, parts.smt_siblings)
+    return HostFacts(host, gpus.gpus, topology, tuple(warnings))
 
 
 def host_facts(host, value):

@@ -3,10 +3,10 @@
 # Apache License 2.0 (see LICENSE)
 """Placement, part 4: the plan of a fleet (docs/plan.md, fleet_plan).
 
-Every host is planned on its own (placement_host.py), so adding a host
+Every host is planned on its own (placement/host.py), so adding a host
 never moves an instance on another; names and ports depend only on the
 per-host ordinal. Instances over several hosts (nodes_per_instance > 1)
-are placement_multinode.py's.
+are placement/multinode.py's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import gc
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_facts
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import FleetSlots, plan_host_validated
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import HostWarning, format_warnings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import FleetSlots, Slot, plan_host_validated
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.multinode import plan_multinode
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import (
     FLEET_OPTIONS,
@@ -83,7 +84,7 @@ def _plan_fleet(hosts, opts):
         while len(slots) < count:
             ordinal = len(slots)
             dist = opts["dist_port_base"] + ordinal * opts["dist_port_stride"]
-            slots.append(("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist))
+            slots.append(Slot("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist))
         return FleetSlots(opts["tp_size"], opts["pp_size"], slots, opts["dist_port_stride"] - 1)
 
     if opts["nodes_per_instance"] > 1:
@@ -99,9 +100,8 @@ def _plan_fleet(hosts, opts):
         host = plan["host"]
         for entry in plan["unused"]:
             unused.append({"host": host, "id": entry["id"], "index": entry["index"], "reason": entry["reason"]})
-        if plan["warnings"]:
-            warnings.extend("%s: %s" % (host, w) for w in plan["warnings"])
-    return {"instances": instances, "unused": unused, "warnings": warnings,
+        warnings.extend(HostWarning(host, text) for text in plan["warnings"])
+    return {"instances": instances, "unused": unused, "warnings": format_warnings(warnings),
             "totals": plan_totals(len(names), gpu_total, instances)}
 
 

@@ -102,7 +102,7 @@ def plan_groups(settings):
                     for k, v in sorted(settings[host].items()) if k != "exclude_gpus")
         groups.setdefault(key, []).append(host)
     out = []
-    for dummy, hosts in sorted(groups.items(), key=lambda kv: kv[1][0]):
+    for hosts in sorted(groups.values(), key=min):
         options = dict(settings[hosts[0]])
         options["exclude_gpus"] = dict((h, list(settings[h]["exclude_gpus"]))
                                        for h in hosts if settings[h].get("exclude_gpus"))

@@ -13,11 +13,13 @@ most one instance, and the hosts are taken N at a time in planning order.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpus import fmt_ints
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_facts, read_host_facts
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import plan_host_view
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_facts
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import HostWarning, format_warnings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import plan_host_view, read_host_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan.totals import plan_totals
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
@@ -38,7 +40,7 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
     read = []
     for host in names:
         facts = host_facts(host, hosts[host])
-        read.append((facts, read_host_facts(facts, str(host))))
+        read.append((facts, read_host_view(facts, str(host))))
     check_shapes([view for dummy, view in read], nodes)
 
     exclude = opts["exclude_gpus"]
@@ -71,26 +73,26 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
             for gpu in plan["unused"]:
                 unused.append({"host": view.host, "id": gpu["id"], "index": gpu["index"],
                                "reason": _share_reason(gpu["reason"], nodes)})
-            warnings.extend("%s: %s" % (view.host, w) for w in plan["warnings"])
+            warnings.extend(HostWarning(view.host, text) for text in plan["warnings"])
             if not any(nic["interfaces"] for nic in nics):
-                warnings.append(
-                    "%s: multi-node instance %s (head %s): no NIC on NUMA node(s) %s of its GPUs in the facts; "
+                warnings.append(HostWarning(view.host, (
+                    "multi-node instance %s (head %s): no NIC on NUMA node(s) %s of its GPUs in the facts; "
                     "NCCL traffic leaves through whatever interface NCCL picks (set gpufleet_socket_ifname)"
-                    % (view.host, entry["name"], members[0], fmt_ints(entry["numa_nodes"])))
+                    % (entry["name"], members[0], fmt_ints(entry["numa_nodes"])))))
 
     left = [view for dummy, view in read[count * nodes :]]
     why = "not enough hosts for another %d-host instance (nodes_per_instance %d)" % (nodes, nodes)
     for view in left:
-        warnings.extend("%s: %s" % (view.host, w) for w in view.warnings)
+        warnings.extend(HostWarning(view.host, text) for text in view.warnings)
         unused.extend({"host": view.host, "id": gpu.id, "index": gpu.index, "reason": why} for gpu in view.gpus)
     if left:
-        # one warning, under the first host left over (warnings are keyed by their host prefix)
-        warnings.append("%s: nodes_per_instance %d: %d host(s) make %d instance(s); %s left over with no instance, "
-                        "their GPUs unused (add hosts or plan them in another group)"
-                        % (left[0].host, nodes, len(read), count, ", ".join(v.host for v in left)))
+        # one warning, under the first host left over (a kept plan keeps each host's warnings with it)
+        warnings.append(HostWarning(left[0].host, (
+            "nodes_per_instance %d: %d host(s) make %d instance(s); %s left over with no instance, their GPUs "
+            "unused (add hosts or plan them in another group)" % (nodes, len(read), count, ", ".join(v.host for v in left)))))
 
     gpu_total = sum(len(view.gpus) for dummy, view in read)
-    return {"instances": instances, "unused": unused, "warnings": warnings,
+    return {"instances": instances, "unused": unused, "warnings": format_warnings(warnings),
             "totals": plan_totals(len(names), gpu_total, instances)}
 
 
@@ -124,13 +126,8 @@ def _show_shape(key):
     count, gpu_names = key
     if not count:
         return "no GPUs"
-    parts = []
-    for name in gpu_names:
-        if parts and parts[-1][0] == name:
-            parts[-1][1] += 1
-        else:
-            parts.append([name, 1])
-    return " + ".join("%d x %s" % (n, name or "(name unknown)") for name, n in parts)
+    return " + ".join("%d x %s" % (len(list(same)), name or "(name unknown)")
+                      for name, same in itertools.groupby(gpu_names))
 
 
 def check_shapes(views, nodes):

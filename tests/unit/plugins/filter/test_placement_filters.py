@@ -436,3 +436,43 @@ def test_fleet_plan_wrongly_typed_option_is_named(options, message):
     with pytest.raises(AnsibleFilterError) as info:
         fleet_plan({"gpu-x": {"numa_topology": BASES["azure_ndv4_like"]}}, **options)
     assert message in str(info.value)
+
+
+# ---------------------------------------------------------------- failures the planner did not foresee
+
+
+@pytest.mark.parametrize("error", [TypeError("'<' not supported between instances of 'tuple' and 'int'"),
+                                   KeyError("numa_nodes"), IndexError("list index out of range")])
+def test_filters_turn_any_planner_failure_into_a_filter_error_naming_the_host(monkeypatch, error):
+    # Was: anything but ValueError left the filters as a traceback, no host named.
+    from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+    from ansible_collections.gpufleet.numa.plugins.module_utils.placement import search as placement_search
+
+    def broken(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(placement_search, "search", broken)
+    placement.clear_cache()
+    try:
+        facts = h100_nvswitch("gpu-q")
+        with pytest.raises(AnsibleFilterError, match=r"socket_local_groups: host gpu-q: the planner failed on this "
+                                                     r"host \(%s: " % type(error).__name__):
+            socket_local_groups(facts, tp_size=2)
+        with pytest.raises(AnsibleFilterError, match=r"fleet_plan: host gpu-q: the planner failed") as caught:
+            fleet_plan({"gpu-q": {"ansible_facts": {"numa_topology": facts}}}, tp_size=2)
+        assert "Traceback" not in str(caught.value)
+    finally:
+        placement.clear_cache()
+
+
+def test_filters_planner_failure_reading_odd_facts_names_the_host():
+    class Odd(dict):
+        def get(self, key, default=None):
+            if key == "numa_nodes":
+                raise RuntimeError("no")
+            return dict.get(self, key, default)
+
+    facts = Odd(h100_nvswitch("gpu-r"))
+    with pytest.raises(AnsibleFilterError, match=r"fleet_plan: host gpu-r: the planner failed on this host "
+                                                 r"\(RuntimeError: 'no'\)"):
+        fleet_plan({"gpu-r": {"numa_topology": facts}}, tp_size=2)

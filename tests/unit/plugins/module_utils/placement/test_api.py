@@ -9,7 +9,6 @@ import copy
 import glob
 import json
 import os
-import random
 
 import pytest
 import yaml
@@ -250,105 +249,6 @@ def test_plan_host_exclude_by_bus_id_in_nvml_form():
     assert [u["index"] for u in plan["unused"]] == [4, 5, 6, 7]
 
 
-# ---------------------------------------------------------------- CPUs
-
-
-def test_plan_host_reserved_cpus_first_cores_of_each_socket_with_siblings():
-    plan = placement.plan_host(h100_nvswitch(), tp_size=4, reserved_cpus_per_socket=2)
-    assert [g["cpus"] for g in plan["groups"]] == ["2-47,98-143", "50-95,146-191"]
-
-
-def test_plan_host_reserved_cpus_without_smt_are_first_cpus():
-    plan = placement.plan_host(ndv4_like(), tp_size=2, reserved_cpus_per_socket=1)
-    # socket 0 = nodes 0,1 (CPUs 0-47): CPU 0 reserved; socket 1 = nodes 2,3: CPU 48
-    assert [g["cpus"] for g in plan["groups"]] == ["24-47", "1-23", "72-95", "49-71"]
-
-
-def test_plan_host_cpus_whole_nodes_only_when_the_instance_owns_its_nodes_cpus():
-    # The roles bind by node (numactl --cpunodebind) only when this is true.
-    whole = placement.plan_host(h100_nvswitch(), tp_size=4)
-    assert [(g["cpus_shared_node"], g["cpus_whole_nodes"]) for g in whole["groups"]] == [(False, True)] * 2
-    reserved = placement.plan_host(h100_nvswitch(), tp_size=4, reserved_cpus_per_socket=2)
-    assert [g["cpus_whole_nodes"] for g in reserved["groups"]] == [False, False]
-    shared = placement.plan_host(h100_nvswitch(), tp_size=2)
-    assert [(g["cpus_shared_node"], g["cpus_whole_nodes"]) for g in shared["groups"]] == [(True, False)] * 4
-
-
-def test_plan_host_reserving_a_whole_node_is_an_error():
-    with pytest.raises(placement.PlacementError, match="leaves no CPUs on NUMA node"):
-        placement.plan_host(ndv4_like(), tp_size=2, reserved_cpus_per_socket=30)
-
-
-def test_plan_host_shared_node_cpus_disjoint_and_smt_siblings_together():
-    plan = placement.plan_host(h100_nvswitch(), tp_size=1)
-    sets = [set(parse_cpulist(g["cpus"])) for g in plan["groups"]]
-    for i, a in enumerate(sets):
-        for b in sets[i + 1:]:
-            assert not a & b
-        for cpu in a:
-            sibling = cpu + 96 if cpu < 96 else cpu - 96
-            assert sibling in a
-    assert all(g["cpus_shared_node"] for g in plan["groups"])
-    assert plan["groups"][0]["cpus"] == "0-11,96-107"
-
-
-def test_plan_host_shared_node_without_smt_info_splits_contiguous_runs():
-    plan = placement.plan_host(ndv4_like(), tp_size=1)
-    assert [g["cpus"] for g in plan["groups"][:2]] == ["24-35", "36-47"]
-
-
-def _without_smt(facts):
-    facts["smt_siblings"] = []
-    return facts
-
-
-def test_plan_host_smt_unknown_two_halves_split_by_assumed_sibling_pairs_with_warning():
-    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=1)
-    assert [g["cpus"] for g in plan["groups"][:2]] == ["0-11,96-107", "12-23,108-119"]
-    assert plan["groups"] == placement.plan_host(h100_nvswitch(), tp_size=1)["groups"]
-    assert ("SMT siblings unknown (smt_siblings is empty): NUMA node 0's CPUs are taken as sibling pairs n and n+96, "
-            "the usual Linux numbering, to split it between the 4 instances sharing it by core") in plan["warnings"]
-
-
-def test_plan_host_smt_unknown_reserves_the_assumed_sibling_too():
-    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=4, reserved_cpus_per_socket=1)
-    assert [g["cpus"] for g in plan["groups"]] == ["1-47,97-143", "49-95,145-191"]
-    assert any("to reserve whole cores (reserved_cpus_per_socket)" in w for w in plan["warnings"])
-
-
-def test_plan_host_smt_unknown_assumption_silent_where_nothing_is_split():
-    plan = placement.plan_host(_without_smt(h100_nvswitch()), tp_size=4)
-    assert not any("SMT" in w for w in plan["warnings"])
-
-
-@pytest.mark.parametrize("nodes, expected", [
-    ({0: (0, "0-31")}, {0: 16}),  # one node: half of all CPUs
-    ({0: (0, "0-47,96-143"), 1: (1, "48-95,144-191")}, {0: 96, 1: 96}),
-    ({0: (0, "0-23"), 1: (0, "24-47"), 2: (1, "48-71"), 3: (1, "72-95")}, {}),  # one run each, of a larger host
-    ({0: (0, "0-63,128-191"), 1: (1, "64-127,192-254")}, {0: 128}),  # 127 CPUs: no halves
-    ({0: (0, "0-3,8-10")}, {}),
-    ({0: (0, "0-1,4,6")}, {}),  # offsets differ
-    ({0: (0, "")}, {}),
-])
-def test_assumed_smt_offsets(nodes, expected):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpus import assumed_smt_offsets
-
-    node_cpus = dict((n, tuple(parse_cpulist(cpus))) for n, (_s, cpus) in nodes.items())
-    assert assumed_smt_offsets(node_cpus) == expected
-
-
-def test_plan_host_unshared_node_not_marked_shared():
-    plan = placement.plan_host(h100_nvswitch(), tp_size=4)
-    assert [g["cpus_shared_node"] for g in plan["groups"]] == [False, False]
-
-
-def test_plan_host_too_few_cpus_overlap_with_warning():
-    facts = make_facts("x", {0: (0, "0-1")}, [0, 0, 0, 0], lambda i, j: "NV4")
-    plan = placement.plan_host(facts, tp_size=1)
-    assert [g["cpus"] for g in plan["groups"]] == ["0", "1", "0", "1"]
-    assert any("overlap" in w for w in plan["warnings"])
-
-
 # ---------------------------------------------------------------- pipeline stages
 
 
@@ -409,25 +309,6 @@ def test_plan_host_output_is_plain_json():
 
 
 @pytest.mark.parametrize(
-    "options, message",
-    [
-        ({}, "tp_size is required"),
-        ({"tp_size": 0}, "tp_size must be an integer >= 1"),
-        ({"tp_size": "4"}, "tp_size must be an integer"),
-        ({"tp_size": True}, "tp_size must be an integer"),
-        ({"tp_size": 2, "pp_size": 0}, "pp_size"),
-        ({"tp_size": 2, "allow_span": "yes"}, "allow_span must be a boolean"),
-        ({"tp_size": 2, "exclude_gpus": "0000:18:00.0"}, "exclude_gpus must be a list"),
-        ({"tp_size": 2, "max_instances_per_host": 0}, "max_instances_per_host"),
-        ({"tp_size": 2, "tensor_parallel": 2}, "unknown option\\(s\\): tensor_parallel"),
-    ],
-)
-def test_plan_host_rejects_bad_options(options, message):
-    with pytest.raises(placement.PlacementError, match=message):
-        placement.plan_host(h100_nvswitch(), **options)
-
-
-@pytest.mark.parametrize(
     "mutate, message",
     [
         (lambda f: f.update(schema_version=2), "schema_version is 2"),
@@ -448,95 +329,6 @@ def test_plan_host_no_gpus_is_an_error():
     facts = make_facts("cpu-only", {0: (0, "0-3")}, [], lambda i, j: "SYS")
     with pytest.raises(placement.PlacementError, match="cpu-only: the topology facts list no GPUs"):
         placement.plan_host(facts, tp_size=1)
-
-
-# ---------------------------------------------------------------- fleet
-
-
-def test_plan_fleet_ports_names_and_totals():
-    fleet = placement.plan_fleet({"gpu-b": h100_nvswitch(), "gpu-a": rtx4090_pix_quads()}, tp_size=2)
-    assert [(i["host"], i["name"], i["port"], i["dist_port"]) for i in fleet["instances"]][:5] == [
-        ("gpu-a", "vllm-0", 8000, 29000),
-        ("gpu-a", "vllm-1", 8001, 29100),
-        ("gpu-a", "vllm-2", 8002, 29200),
-        ("gpu-a", "vllm-3", 8003, 29300),
-        ("gpu-b", "vllm-0", 8000, 29000),
-    ]
-    assert fleet["instances"][0]["dist_port_range"] == [29000, 29099]
-    assert fleet["totals"] == {"hosts": 2, "instances": 8, "gpus": 16, "gpus_used": 16, "gpus_unused": 0}
-
-
-def test_plan_fleet_adding_a_host_does_not_move_other_instances():
-    small = {"gpu-a": h100_nvswitch(), "gpu-c": ndv4_like()}
-    bigger = dict(small, **{"gpu-b": rtx4090_pix_quads(), "gpu-0": mi50_nps4()})
-    before = placement.plan_fleet(small, tp_size=2)["instances"]
-    after = [i for i in placement.plan_fleet(bigger, tp_size=2)["instances"] if i["host"] in small]
-    assert after == before
-
-
-def test_plan_fleet_port_collisions_impossible():
-    fleet = placement.plan_fleet({"h": dgx2_like()}, tp_size=1, base_port=29050, dist_port_base=30000)
-    api = [i["port"] for i in fleet["instances"]]
-    ranges = [range(i["dist_port_range"][0], i["dist_port_range"][1] + 1) for i in fleet["instances"]]
-    assert len(set(api)) == len(api)
-    assert not any(p in r for p in api for r in ranges)
-    taken = [p for r in ranges for p in r]
-    assert len(set(taken)) == len(taken)
-
-
-def test_plan_fleet_api_port_inside_dist_range_is_an_error():
-    with pytest.raises(placement.PlacementError, match="host h: API port 29000 of instance 0 falls inside the VLLM_PORT range of instance 0"):
-        placement.plan_fleet({"h": h100_nvswitch()}, tp_size=2, base_port=29000)
-
-
-def test_plan_fleet_ports_past_65535_are_an_error():
-    with pytest.raises(placement.PlacementError, match="ports end at 65535"):
-        placement.plan_fleet({"h": h100_nvswitch()}, tp_size=1, dist_port_base=65000)
-
-
-def test_plan_fleet_hosts_option_orders_and_restricts():
-    fleet = placement.plan_fleet({"a": h100_nvswitch(), "b": ndv4_like(), "c": {}}, tp_size=2, hosts=["b", "a"])
-    assert [i["host"] for i in fleet["instances"]] == ["b"] * 4 + ["a"] * 4
-
-
-def test_plan_fleet_host_without_facts_is_named():
-    with pytest.raises(placement.PlacementError, match="host c: no topology facts"):
-        placement.plan_fleet({"a": h100_nvswitch(), "c": {"ansible_host": "10.0.0.3"}}, tp_size=2)
-
-
-def test_plan_fleet_reads_hostvars_layouts():
-    hostvars = {
-        "a": {"ansible_facts": {"numa_topology": h100_nvswitch()}},
-        "b": {"numa_topology": ndv4_like()},
-    }
-    fleet = placement.plan_fleet(hostvars, tp_size=4)
-    assert fleet["totals"]["instances"] == 4
-
-
-def test_plan_fleet_exclude_gpus_per_host_mapping():
-    facts = h100_nvswitch()
-    fleet = placement.plan_fleet(
-        {"a": facts, "b": copy.deepcopy(facts)}, tp_size=4, exclude_gpus={"b": [facts["gpus"][0]["uuid"]]}
-    )
-    assert [(i["host"], i["gpu_indices"]) for i in fleet["instances"]] == [
-        ("a", [0, 1, 2, 3]), ("a", [4, 5, 6, 7]), ("b", [4, 5, 6, 7])]
-    assert [u["host"] for u in fleet["unused"]] == ["b"] * 4
-    with pytest.raises(placement.PlacementError, match="not planned: z"):
-        placement.plan_fleet({"a": facts}, tp_size=4, exclude_gpus={"z": []})
-
-
-def test_plan_fleet_name_prefix_and_strides():
-    fleet = placement.plan_fleet({"a": h100_nvswitch()}, tp_size=4, name_prefix="llama-", port_stride=10,
-                                 dist_port_stride=1000)
-    assert [(i["name"], i["port"], i["dist_port_range"]) for i in fleet["instances"]] == [
-        ("llama-0", 8000, [29000, 29999]), ("llama-1", 8010, [30000, 30999])]
-
-
-def test_plan_fleet_identical_hosts_share_one_template_and_search():
-    placement.clear_cache()
-    hosts = dict(("h%03d" % i, h100_nvswitch("h%03d" % i)) for i in range(50))
-    placement.plan_fleet(hosts, tp_size=2)
-    assert placement.cache_size() == 1
 
 
 # ---------------------------------------------------------------- recorded fixtures
@@ -583,34 +375,3 @@ def _check_binding_within_usable_cpus(plan, facts):
         assert set(parse_cpulist(grp["binding"]["cpus"])) <= usable, grp["cpus"]
         if grp["binding"]["by_node"]:
             assert all(whole[n] for n in grp["binding"]["mems"]), grp["binding"]
-
-
-# ---------------------------------------------------------------- search limits
-
-
-def test_plan_host_16_distinct_gpus_on_one_socket_searched_exactly():
-    # no two GPUs alike: the search cannot merge any, and still finishes exactly
-    rng = random.Random(3)
-    table = {}
-    palette = ["NV4", "NV8", "PIX", "PXB", "NODE", "SYS", "PHB"]
-    facts = make_facts(
-        "x", {0: (0, "0-63")}, [0] * 16, lambda i, j: table.setdefault((min(i, j), max(i, j)), rng.choice(palette)),
-        smt=[[c] for c in range(64)],
-    )
-    placement.clear_cache()
-    plan = placement.plan_host(facts, tp_size=4)
-    assert len(plan["groups"]) == 4
-    assert plan["warnings"] == []
-
-
-def test_plan_host_search_too_large_falls_back_node_by_node_with_warning(monkeypatch):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.placement import search as placement_search
-
-    monkeypatch.setattr(placement_search, "STATE_BUDGET", 10)
-    placement.clear_cache()
-    try:
-        plan = placement.plan_host(a6000_nvlink_pairs(), tp_size=2)
-    finally:
-        placement.clear_cache()
-    assert indices(plan) == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert any("exact search" in w for w in plan["warnings"])
