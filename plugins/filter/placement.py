@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
 _INT_OPTIONS = ("tp_size", "pp_size", "reserved_cpus_per_socket", "max_instances_per_host",
@@ -86,17 +87,7 @@ def _host_facts(hosts, wanted=None):
     out = {}
     names = list(hosts.keys()) if wanted is None else [h for h in wanted if h in hosts]
     for host in names:
-        value = hosts[host]
-        facts = None
-        if hasattr(value, "get"):
-            if "schema_version" in value and "gpus" in value:
-                facts = value
-            else:
-                ansible_facts = value.get("ansible_facts")
-                if hasattr(ansible_facts, "get"):
-                    facts = ansible_facts.get("numa_topology")
-                if facts is None:
-                    facts = value.get("numa_topology")
+        facts = contract.facts_view(host, hosts[host], missing=None)
         out[str(host)] = None if facts is None else {"numa_topology": facts}
     return out
 

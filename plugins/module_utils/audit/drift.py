@@ -15,6 +15,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import comma_list, finding, group_subject, node_phrase
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 PLAN_OPTION_KEYS = ("tp_size", "pp_size", "allow_span", "reserved_cpus_per_socket", "exclude_gpus",
                     "max_instances_per_host", "worker_binding")
@@ -57,8 +58,7 @@ def deployed_for_host(deployed, host):
         nodes = multinode.get("nnodes") if isinstance(multinode, dict) else None
         if (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 1
                 and isinstance(host_opts["pp_size"], int)):
-            host_opts["pp_size"] //= nodes
-            host_opts["max_instances_per_host"] = 1
+            host_opts = contract.share_options(host_opts, nodes)
     return instances, host_opts, unused
 
 

@@ -128,10 +128,14 @@ def add_totals(totals):
     return out
 
 
-def facts_view(host, variables):
+_RAISE = object()
+
+
+def facts_view(host, variables, missing=_RAISE):
     """A host's topology facts from what the controller holds for it: its
     hostvars (ansible_facts.numa_topology), a mapping with numa_topology,
-    or the facts themselves. Raises ValueError naming the host."""
+    or the facts themselves. None there: `missing` when given, else
+    ValueError naming the host."""
     if isinstance(variables, Mapping) or hasattr(variables, "get"):
         if "schema_version" in variables and "gpus" in variables:
             return variables
@@ -141,4 +145,6 @@ def facts_view(host, variables):
             facts = variables.get("numa_topology")
         if facts is not None:
             return facts
+    if missing is not _RAISE:
+        return missing
     raise ValueError("host %s: no topology facts (run gpufleet.numa.numa_facts on it first)" % host)

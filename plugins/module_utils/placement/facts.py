@@ -39,6 +39,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import facts_checks as checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts_checks import ROOT, cpulist_cpus, fail
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 SCHEMA_VERSION = 1
 
@@ -362,15 +363,9 @@ def read_host_facts(facts, host=None):
 
 def host_facts(host, value):
     """Topology facts from a hostvars-like entry or the facts themselves."""
-    if isinstance(value, Mapping):
-        if "schema_version" in value and "gpus" in value:
-            return value
-        ansible_facts = value.get("ansible_facts")
-        facts = ansible_facts.get("numa_topology") if isinstance(ansible_facts, Mapping) else None
-        if facts is None:
-            facts = value.get("numa_topology")
-        if facts is not None:
-            return facts
+    facts = contract.facts_view(host, value, missing=None)
+    if facts is not None:
+        return facts
     raise PlacementError(
         "host %s: no topology facts (expected ansible_facts.numa_topology, numa_topology or the facts themselves); "
         "run gpufleet.numa.numa_facts on it or leave it out with the hosts option" % host

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Mapping
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import HostWarning, format_warnings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import FleetSlots, Slot, plan_host_validated
@@ -24,7 +25,6 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options im
     PlacementError,
     validate_options,
 )
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan.totals import plan_totals
 
 
 def plan_fleet(fleet, **options):
@@ -102,7 +102,7 @@ def _plan_fleet(hosts, opts):
             unused.append({"host": host, "id": entry["id"], "index": entry["index"], "reason": entry["reason"]})
         warnings.extend(HostWarning(host, text) for text in plan["warnings"])
     return {"instances": instances, "unused": unused, "warnings": format_warnings(warnings),
-            "totals": plan_totals(len(names), gpu_total, instances)}
+            "totals": contract.plan_totals(len(names), gpu_total, instances)}
 
 
 def check_ports(opts, count, host):

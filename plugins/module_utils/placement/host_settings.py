@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import FLEET_OPTIONS, WORKER_BINDINGS
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 # option -> (inventory variable, kind); defaults are the planner's own
 # (placement_options.FLEET_OPTIONS), except tp_size: the deploy plans one
@@ -125,9 +126,7 @@ def host_models(host_vars, hosts):
             continue
         try:
             model = value_checks.command_word("vllm_model", value_checks.text("vllm_model", model))
-            served = get("vllm_served_model_name") or ""
-            served = value_checks.served_model_name(
-                "vllm_served_model_name" if served else "vllm_model (served as its own name)", served or model)
+            served = contract.served_name(model, get("vllm_served_model_name") or "")
         except ValueError as exc:
             raise ValueError("host %s: %s" % (host, exc))
         out[str(host)] = {"model": model, "served_model_name": served}

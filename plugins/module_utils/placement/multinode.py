@@ -21,8 +21,8 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts impo
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import HostWarning, format_warnings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import plan_host_view, read_host_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan.totals import plan_totals
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
 def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
@@ -45,7 +45,7 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
 
     exclude = opts["exclude_gpus"]
     # Each host runs its share of the stages, and holds one share at most.
-    share_opts = dict(host_opts, pp_size=opts["pp_size"] // nodes, max_instances_per_host=1)
+    share_opts = contract.share_options(dict(host_opts, pp_size=opts["pp_size"]), nodes)
     instances, unused, warnings = [], [], []
     count = len(read) // nodes
     for first in range(0, count * nodes, nodes):
@@ -93,7 +93,7 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
 
     gpu_total = sum(len(view.gpus) for dummy, view in read)
     return {"instances": instances, "unused": unused, "warnings": format_warnings(warnings),
-            "totals": plan_totals(len(names), gpu_total, instances)}
+            "totals": contract.plan_totals(len(names), gpu_total, instances)}
 
 
 def _share_reason(reason, nodes):

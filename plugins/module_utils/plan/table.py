@@ -9,12 +9,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
-# Kept importable from here for the tests of the planner and of the vLLM
-# units, which read a plan's backends beside its table.
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway.backends import (
-    gateway_api_keys, gateway_backends)
 
-__all__ = ("COLUMNS", "NODE_COLUMN", "plan_table", "gateway_api_keys", "gateway_backends")
+__all__ = ("COLUMNS", "NODE_COLUMN", "plan_table")
 
 # A column: its title, and how an instance entry shows in it.
 Column = namedtuple("Column", ("title", "cell"))

@@ -296,7 +296,10 @@ NASTY = {
 }
 NASTY_VARS = {
     "vllm_model": " ".join(NASTY[k] for k in ("NASTY_QUOTES", "NASTY_BACKSLASH", "NASTY_PERCENT")),
-    "vllm_served_model_name": " ".join(NASTY[k] for k in ("NASTY_DOLLAR", "NASTY_SHELL", "NASTY_UNICODE")),
+    # A served name is one word for the command line and HAProxy alike
+    # (placement/contract.py check_served_name): every character that rule
+    # allows; the shell-ish and Unicode values travel in vllm_environment.
+    "vllm_served_model_name": "org/served.model_v1:8b@rev+x=y~z-",
     "vllm_environment": NASTY,
 }
 API_KEY = 'sk-"quoted"-$dollar-\\back-`tick`'
@@ -611,7 +614,9 @@ def test_vllm_downloads_weights_before_start(tmp_path):
         "dl-failing": {"vllm_model": "org/missing-model"},
         "dl-slow": {"vllm_model": "org/slow-model", "vllm_download_timeout": 2, "vllm_download_poll": 1},
         # A local model, and a cache seeded by hand: no Python needed.
-        "dl-local": {"vllm_model": "@ROOT@/models/llama", "vllm_download_python": "/nonexistent/python"},
+        # A path is no served name (placement/contract.py served_name): it serves under one.
+        "dl-local": {"vllm_model": "@ROOT@/models/llama", "vllm_served_model_name": "llama",
+                     "vllm_download_python": "/nonexistent/python"},
         "dl-seeded": {"vllm_model": "org/seeded-model", "vllm_download_python": "/nonexistent/python"},
         "dl-no-python": {"vllm_model": "org/tiny-model", "vllm_download_python": "/nonexistent/python"},
     }

@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
@@ -406,7 +406,7 @@ def test_planned_entries_are_the_units_of_each_host_and_only_heads_are_backends(
         assert flags["--numa-bind-nodes"] == ["0"] * 4 + ["1"] * 4
         assert ("--headless" in flags) == (entry["host"] != head)
     served = [dict(i, served_model_name="m", model="m") for i in plan["instances"]]
-    backends = plan_views.gateway_backends(dict(plan, instances=served), addresses)
+    backends = gateway_view.gateway_backends(dict(plan, instances=served), addresses)
     assert [b["host"] for b in backends] == ["gpu-a", "gpu-c"]
 
 

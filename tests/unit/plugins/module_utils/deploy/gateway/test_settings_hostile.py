@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -140,7 +140,7 @@ def vllm_accepts(key):
     try:
         value_checks.api_key("vllm_api_key", key)
         plan = {"instances": [{"host": "a", "name": "vllm-0", "served_model_name": "m"}]}
-        plan_views.gateway_api_keys(plan, {"a": key})
+        gateway_view.gateway_api_keys(plan, {"a": key})
         return True
     except ValueError as error:
         assert key not in str(error)

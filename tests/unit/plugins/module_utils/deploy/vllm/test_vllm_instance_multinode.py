@@ -15,6 +15,7 @@ import pytest
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
@@ -183,8 +184,8 @@ def test_local_gpus_are_tp_times_pp_over_nnodes():
 
 def test_only_the_head_is_a_gateway_backend():
     plan = {"instances": [dict(entry(r), host=h, served_model_name="m", model="m") for r, h in enumerate(HOSTS)]}
-    backends = plan_views.gateway_backends(plan, ADDRESSES)
+    backends = gateway_view.gateway_backends(plan, ADDRESSES)
     assert [b["host"] for b in backends] == ["gpu-a"]
-    assert plan_views.gateway_api_keys(plan, {"gpu-a": "instance-key-0001", "gpu-b": ""}) == {"m": "instance-key-0001"}
+    assert gateway_view.gateway_api_keys(plan, {"gpu-a": "instance-key-0001", "gpu-b": ""}) == {"m": "instance-key-0001"}
     table = plan_views.plan_table(plan)
     assert table[0].split()[-1] == "NODE" and table[2].split()[-2:] == ["1/2", "gpu-a"]
