@@ -121,8 +121,8 @@ def host_units(instances, variables):
      exec_start_pre, exec_start_post ([prefix, argv] each), health_url,
      drain (gateway servers), installed], files (template items in write
      order), directories, checker, helpers (programs installed into
-     vllm_libexec_dir), writes (directories, helpers and files in the order
-     the role writes them), stale_candidates, install, download,
+     vllm_libexec_dir), writes (the directories not as planned, helpers and
+     files in the order the role writes them), stale_candidates, install, download,
      manage_service, variables (checked)}.
     """
     v = check_variables(dict(variables, vllm_instances=instances))
@@ -151,7 +151,9 @@ def host_units(instances, variables):
         "directories": directories,
         "checker": dict((key, helpers[0][key]) for key in ("path", "as_planned", "checksum")),
         "helpers": helpers,
-        "writes": directories + helpers + files,
+        # A directory that is as planned has nothing to compare: left out,
+        # it costs the loop no item.
+        "writes": [d for d in directories if not d["as_planned"]] + helpers + files,
         "stale_candidates": stale_candidates(existing, files, (v["vllm_unit_dir"], v["vllm_config_dir"]),
                                              v["vllm_unit_prefix"]),
         "install": install,

@@ -64,7 +64,12 @@ def test_host_units_carries_the_stale_candidates_and_what_is_installed():
     result = host_state.host_units([INSTANCE], dict(VARIABLES, existing=seen, vllm_install=True))
     assert result["stale_candidates"] == [UNIT_DIR + "/gpufleet-vllm-7.service"]
     assert [u["installed"] for u in result["units"]] == [True]
-    assert result["writes"] == result["directories"] + result["helpers"] + result["files"]
+    missing = [d for d in result["directories"] if not d["as_planned"]]
+    assert missing and result["writes"] == missing + result["helpers"] + result["files"]
+    seen += [{"path": d["path"], "isdir": True, "mode": d.get("mode"), "pw_name": d.get("owner"),
+              "gr_name": d.get("group")} for d in result["directories"]]
+    again = host_state.host_units([INSTANCE], dict(VARIABLES, existing=seen, vllm_install=True))
+    assert again["writes"] == again["helpers"] + again["files"]
     assert [w["kind"] for w in result["writes"]][-2:] == ["template", "template"]
 
 
