@@ -1,9 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Filter vllm_units: what each vLLM unit of a host runs (role gpufleet.numa.vllm).
+"""Filters of role gpufleet.numa.vllm: what each vLLM unit of a host runs
+(vllm_units), which files are stale (vllm_stale), which instances restart
+(vllm_restarting), what each host rolls in which ordinal (vllm_rollout) and
+whether the service manager is gathered first (vllm_wants_service_mgr).
 
-Thin shell around module_utils/deploy/vllm/host_state.py; see docs/plan.md and the role's README.
+Thin shells around module_utils/deploy/vllm/host_state.py and rollout.py; see docs/plan.md and the role's README.
 """
 
 from __future__ import annotations
@@ -41,6 +44,39 @@ def vllm_restarting(units, written):
                                  "template loop (%s)" % exc)
 
 
+def _role_state(hostvars, host):
+    """What role vllm left in HOST's variables: {units, written}, or None where it did not run."""
+    variables = hostvars[host] if host in hostvars else {}
+    if "__vllm" not in variables or "__vllm_written" not in variables:
+        return None
+    written = variables["__vllm_written"]
+    return {"units": variables["__vllm"]["units"], "written": written.get("results", []) if written else []}
+
+
+def vllm_rollout(hostvars, batch, host, check_mode=False):
+    """hostvars, the play batch and this host -> {ordinals, steps} (rollout.host_rollout)."""
+    try:
+        names = set(_plain(list(batch))) | set([_plain(host)])
+        state = _role_state(hostvars, host)
+        for unit in (state or {}).get("units", []):
+            names |= set(_plain((unit.get("multinode") or {}).get("hosts") or []))
+        states = {}
+        for name in sorted(names):
+            found = _role_state(hostvars, name)
+            if found is not None:
+                states[name] = _plain(found)
+        return rollout.host_rollout(_plain(host), states, _plain(list(batch)), bool(check_mode))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_rollout: hostvars must hold role vllm's __vllm and "
+                                 "__vllm_written for the hosts of the batch (%s)" % exc)
+
+
+def vllm_wants_service_mgr(manage_service, service_mgr=""):
+    """vllm_manage_service and the service manager known so far -> whether to gather it first."""
+    return rollout.wants_service_manager(_plain(manage_service), _plain(service_mgr or ""))
+
+
 class FilterModule(object):
     def filters(self):
-        return {"vllm_units": vllm_units, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting}
+        return {"vllm_units": vllm_units, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting,
+                "vllm_rollout": vllm_rollout, "vllm_wants_service_mgr": vllm_wants_service_mgr}

@@ -56,7 +56,7 @@ RUN_GROUP = grp.getgrgid(os.getgid()).gr_name
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 # A no-change rerun of the role on a host that neither installs nor starts
 # anything runs at most this many tasks (loops and includes count once).
-RERUN_TASK_LIMIT = 12
+RERUN_TASK_LIMIT = 9
 # systemd-analyze security --offline=yes, as User=vllm (systemd 252).
 EXPOSURE_DEFAULT = 2.0
 EXPOSURE_STRICT = 1.4

@@ -51,9 +51,12 @@ Pure functions, standard library only.
 
 from __future__ import annotations
 
+import shlex
+
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import CHECKER, WAIT_READY, instance_unit, unique
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import stale_candidates
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, check_variables
 
 
@@ -116,9 +119,11 @@ def host_units(instances, variables):
     {units: [per instance: name, unit, path, header, description, command,
      options, argv, environment, numa, config, port, wants, after,
      exec_start_pre, exec_start_post ([prefix, argv] each), health_url,
-     drain (gateway servers)], files (template items in write order),
-     directories, checker, helpers (programs installed into vllm_libexec_dir),
-     install, download, manage_service, variables (checked)}.
+     drain (gateway servers), installed], files (template items in write
+     order), directories, checker, helpers (programs installed into
+     vllm_libexec_dir), writes (the directories not as planned, helpers and
+     files in the order the role writes them), stale_candidates, install, download,
+     manage_service, variables (checked)}.
     """
     v = check_variables(dict(variables, vllm_instances=instances))
     host = variables.get("host", "this host")
@@ -135,13 +140,22 @@ def host_units(instances, variables):
     # With `existing` (what find saw on the host), mark what already matches:
     # the role then skips it, unless the rendered content differs (files).
     existing = existing or {}
+    for unit in units:
+        unit["installed"] = bool((existing.get(unit["path"]) or {}).get("isreg"))
     helpers = _helpers(v, existing)
+    files = _files(units, v, existing, helpers[0]["path"])
+    directories = _directories(v, existing)
     return {
         "units": units,
-        "files": _files(units, v, existing),
-        "directories": _directories(v, existing),
+        "files": files,
+        "directories": directories,
         "checker": dict((key, helpers[0][key]) for key in ("path", "as_planned", "checksum")),
         "helpers": helpers,
+        # A directory that is as planned has nothing to compare: left out,
+        # it costs the loop no item.
+        "writes": [d for d in directories if not d["as_planned"]] + helpers + files,
+        "stale_candidates": stale_candidates(existing, files, (v["vllm_unit_dir"], v["vllm_config_dir"]),
+                                             v["vllm_unit_prefix"]),
         "install": install,
         "download": download,
         "manage_service": v["manage_service"],
@@ -174,23 +188,28 @@ def _directories(v, existing):
     for path in state_dirs:
         directories.append({"path": path, "mode": "0750", "owner": v["vllm_user"], "group": v["vllm_group"]})
     for entry in directories:
+        entry.update(kind="directory", label=entry["path"], secret=False)
         entry["as_planned"] = as_planned(existing.get(entry["path"]), "isdir", entry.get("mode"),
                                          entry.get("owner"), entry.get("group"))
     return directories
 
 
-def _files(units, v, existing):
-    """The files the role templates, in write order (secrets, option files, units)."""
+def _files(units, v, existing, checker):
+    """The files the role templates, in write order (secrets, option files, units);
+    each unit is checked by the checker (systemd-analyze verify under a
+    unit-like name, warnings refused) before it replaces the old one."""
     files = [{"template": "secrets.env.j2", "path": v["vllm_config_dir"] + "/secrets.env", "mode": "0600",
-              "secret": True, "label": "secrets.env"}]
+              "secret": True, "label": "secrets.env", "owner": v["vllm_user"], "group": v["vllm_group"]}]
     for unit in units:
         if unit["config"]:
             files.append({"template": "instance-config.yaml.j2", "path": unit["config"], "mode": "0644",
                           "secret": False, "label": unit["config"].rsplit("/", 1)[1], "unit": unit})
     for unit in units:
         files.append({"template": "vllm.service.j2", "path": unit["path"], "mode": "0644", "secret": False,
-                      "label": unit["unit"], "unit": unit, "verify": unit["unit"]})
+                      "label": unit["unit"], "unit": unit, "verify": unit["unit"],
+                      "validate": "%s %s %%s" % (checker, shlex.quote(unit["unit"]))})
     for entry in files:
+        entry["kind"] = "template"
         found = existing.get(entry["path"])
         entry["as_planned"] = as_planned(found, "isreg", entry["mode"], *(
             (v["vllm_user"], v["vllm_group"]) if entry["secret"] else (None, None)))
@@ -204,6 +223,6 @@ def _helpers(v, existing):
     for name in (CHECKER, WAIT_READY):
         path = "%s/%s" % (v["vllm_libexec_dir"], name)
         found = existing.get(path)
-        helpers.append({"src": name, "path": path, "as_planned": as_planned(found, "isreg", "0755"),
-                        "checksum": (found or {}).get("checksum", "")})
+        helpers.append({"kind": "copy", "src": name, "path": path, "mode": "0755", "label": name, "secret": False,
+                        "as_planned": as_planned(found, "isreg", "0755"), "checksum": (found or {}).get("checksum", "")})
     return helpers

@@ -2,10 +2,14 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """What a run of role vllm changes on a host, decided over plain dicts:
-which files it wrote before and no longer plans (stale_files) and which
-instances restart because their files changed (restarting_instances).
-The role's tasks call these through the vllm_stale and vllm_restarting
-filters. Pure functions, standard library only.
+which files it wrote before and no longer plans (stale_candidates,
+stale_files), which directories and files it writes (write_needed, called
+by the vllm_file action with the content's sha1), whether it gathers the
+service manager first (wants_service_manager), which instances restart
+because their files changed (restarting_instances) and what each host rolls
+in which ordinal (host_rollout). The role's tasks call these through the
+vllm_units, vllm_stale, vllm_rollout and vllm_wants_service_mgr filters and
+the vllm_file action. Pure functions, standard library only.
 """
 
 from __future__ import annotations
@@ -32,3 +36,61 @@ def restarting_instances(units, written):
         if name is not None and name not in names:
             names.append(name)
     return names
+
+
+def stale_candidates(existing, planned, folders, prefix):
+    """Whether the host may hold stale files of the role: regular files that
+    find saw in the unit or option folder (folders), named PREFIX*.service or
+    PREFIX*.yaml, that the plan does not have. Only then does the role read
+    their first lines for its marker (tasks/cleanup.yml), so a rerun with
+    nothing stale asks the host nothing more."""
+    planned_paths = set(entry["path"] for entry in planned)
+    found = []
+    for path, entry in existing.items():
+        folder, name = path.rsplit("/", 1) if "/" in path else ("", path)
+        if (entry.get("isreg") and folder in folders and path not in planned_paths and name.startswith(prefix)
+                and name.endswith((".service", ".yaml"))):
+            found.append(path)
+    return sorted(found)
+
+
+def write_needed(entry, content_sha1=None):
+    """Whether the role writes one of vllm_units' writes: a directory that is
+    not as planned, a file that is not as planned (kind, mode, owner) or
+    whose content (its sha1, as rendered or read on the controller) differs
+    from the host's (find's checksum)."""
+    if not entry["as_planned"]:
+        return True
+    if entry["kind"] == "directory":
+        return False
+    return content_sha1 != entry.get("checksum")
+
+
+def wants_service_manager(manage_service, service_mgr):
+    """Whether the role must gather the service manager first: only
+    vllm_manage_service auto decides by it (any other value is checked,
+    and refused when bad, by the variables' check)."""
+    return isinstance(manage_service, str) and manage_service.strip().lower() == "auto" and not service_mgr
+
+
+def host_rollout(host, states, batch, check_mode=False):
+    """What service.yml rolls on HOST: {ordinals, steps}.
+
+    states: host -> {units (vllm_units' units), written (the write loop's
+    results)} for the hosts that ran the role; batch: the play batch, whose
+    hosts roll at once. ordinals is the most units any host of the batch has
+    (every host loops over the same ordinals, so Ansible runs each step on
+    all of them together); steps[i] is this host's i-th unit with `restart`
+    (its files changed here, or on any host of its multi-node instance) or
+    None where the host sits out: it has fewer units, or check mode wrote no
+    unit that systemd could pretend to start (`installed`: the unit file was
+    on the host before this run)."""
+    restarting = dict((name, restarting_instances(state["units"], state["written"]))
+                      for name, state in states.items())
+    ordinals = max([len(states[name]["units"]) for name in batch if name in states] or [0])
+    steps = []
+    for unit in states[host]["units"] if host in states else []:
+        hosts = unit["multinode"]["hosts"] if unit.get("multinode") else [host]
+        restart = any(unit["name"] in restarting.get(name, []) for name in hosts)
+        steps.append(None if check_mode and not unit.get("installed") else dict(unit, restart=restart))
+    return {"ordinals": ordinals, "steps": steps + [None] * (ordinals - len(steps))}

@@ -41,3 +41,25 @@ def test_vllm_stale_and_restarting_are_filter_shells():
         filters["vllm_stale"]([{"name": "x"}], files)
     with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_restarting: written must be the results"):
         filters["vllm_restarting"]([], [{"changed": True}])
+
+
+def test_vllm_rollout_reads_the_role_state_of_the_batch_from_hostvars():
+    filters = FilterModule().filters()
+    units = VLLM_UNITS([INSTANCE], VARIABLES)
+    changed = [{"__vllm_file": units["files"][-1], "changed": True}]
+    hostvars = {"a": {"__vllm": units, "__vllm_written": {"results": changed}},
+                "b": {"__vllm": VLLM_UNITS([INSTANCE, dict(INSTANCE, name="vllm-1", port=8001, dist_port=29100)],
+                                           VARIABLES), "__vllm_written": {"results": []}},
+                # A host of the batch that failed before the role wrote anything.
+                "c": {"__vllm": units}}
+    rolled = filters["vllm_rollout"](hostvars, ["a", "b", "c"], "a")
+    assert rolled["ordinals"] == 2
+    assert rolled["steps"][0]["name"] == "vllm-0" and rolled["steps"][0]["restart"] is True
+    assert rolled["steps"][1] is None
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_rollout: hostvars must hold"):
+        filters["vllm_rollout"]({"a": {"__vllm": {}, "__vllm_written": {"results": []}}}, ["a"], "a")
+
+
+def test_vllm_wants_service_mgr_is_a_filter_shell():
+    wants = FilterModule().filters()["vllm_wants_service_mgr"]
+    assert wants("auto") is True and wants("auto", "systemd") is False and wants(False, "") is False

@@ -38,3 +38,104 @@ def test_a_changed_unit_or_option_file_restarts_its_instance_only():
 
 def test_changed_secrets_restart_every_instance():
     assert rollout.restarting_instances(RESULT["units"], written("secrets.env")) == ["vllm-0", "vllm-1"]
+
+
+# --- what the role's tasks decided in Jinja before -------------------------
+
+UNIT_DIR, CONFIG_DIR = "/etc/systemd/system", "/etc/vllm"
+
+
+def test_stale_candidates_are_files_of_the_role_names_the_plan_does_not_have():
+    existing = {p: {"path": p, "isreg": True} for p in (
+        UNIT_DIR + "/gpufleet-vllm-0.service", UNIT_DIR + "/gpufleet-old.service", CONFIG_DIR + "/gpufleet-old.yaml",
+        UNIT_DIR + "/sshd.service", CONFIG_DIR + "/secrets.env", "/opt/gpufleet-old.service",
+        UNIT_DIR + "/gpufleet-old.service.d")}
+    existing[CONFIG_DIR + "/gpufleet-dir.yaml"] = {"path": CONFIG_DIR + "/gpufleet-dir.yaml", "isdir": True}
+    assert rollout.stale_candidates(existing, RESULT["files"], (UNIT_DIR, CONFIG_DIR), "gpufleet-") == [
+        UNIT_DIR + "/gpufleet-old.service", CONFIG_DIR + "/gpufleet-old.yaml"]
+    # A rerun whose look saw only planned files has none: the role reads no first line.
+    planned = {f["path"]: {"path": f["path"], "isreg": True} for f in RESULT["files"]}
+    assert rollout.stale_candidates(planned, RESULT["files"], (UNIT_DIR, CONFIG_DIR), "gpufleet-") == []
+
+
+def test_host_units_carries_the_stale_candidates_and_what_is_installed():
+    seen = [{"path": UNIT_DIR + "/gpufleet-vllm-0.service", "isreg": True},
+            {"path": UNIT_DIR + "/gpufleet-vllm-7.service", "isreg": True}]
+    result = host_state.host_units([INSTANCE], dict(VARIABLES, existing=seen, vllm_install=True))
+    assert result["stale_candidates"] == [UNIT_DIR + "/gpufleet-vllm-7.service"]
+    assert [u["installed"] for u in result["units"]] == [True]
+    missing = [d for d in result["directories"] if not d["as_planned"]]
+    assert missing and result["writes"] == missing + result["helpers"] + result["files"]
+    seen += [{"path": d["path"], "isdir": True, "mode": d.get("mode"), "pw_name": d.get("owner"),
+              "gr_name": d.get("group")} for d in result["directories"]]
+    again = host_state.host_units([INSTANCE], dict(VARIABLES, existing=seen, vllm_install=True))
+    assert again["writes"] == again["helpers"] + again["files"]
+    assert [w["kind"] for w in result["writes"]][-2:] == ["template", "template"]
+
+
+def test_write_needed_only_where_kind_mode_owner_or_content_differs():
+    directory = {"kind": "directory", "path": "/etc/vllm", "as_planned": True}
+    assert rollout.write_needed(directory) is False
+    assert rollout.write_needed(dict(directory, as_planned=False)) is True
+    unit = {"kind": "template", "path": UNIT_DIR + "/gpufleet-vllm-0.service", "as_planned": True, "checksum": "ab"}
+    assert rollout.write_needed(unit, "ab") is False
+    assert rollout.write_needed(unit, "cd") is True
+    assert rollout.write_needed(dict(unit, as_planned=False), "ab") is True
+    # Missing on the host: find gave no checksum.
+    assert rollout.write_needed(dict(unit, checksum=""), "ab") is True
+
+
+def test_the_unit_entries_carry_the_checkers_validate_command():
+    units = [f for f in RESULT["files"] if f.get("verify")]
+    assert [f["validate"] for f in units] == [
+        "/usr/local/libexec/gpufleet/gpufleet-verify-unit gpufleet-vllm-0.service %s",
+        "/usr/local/libexec/gpufleet/gpufleet-verify-unit gpufleet-vllm-1.service %s"]
+    secrets = FILES["secrets.env"]
+    assert (secrets["owner"], secrets["group"], secrets["mode"]) == ("vllm", "vllm", "0600")
+
+
+def test_the_service_manager_is_gathered_only_for_auto_when_unknown():
+    assert rollout.wants_service_manager("auto", "") is True
+    assert rollout.wants_service_manager(" AUTO ", "") is True
+    assert rollout.wants_service_manager("auto", "systemd") is False
+    for value in (True, False, "true", "no", "maybe", None):
+        assert rollout.wants_service_manager(value, "") is False, value
+
+
+def unit(name, hosts=None):
+    return {"name": name, "multinode": {"hosts": hosts} if hosts else None, "installed": True}
+
+
+def wrote(*names):
+    """The write loop's results: the units of these instances changed."""
+    return [{"__vllm_file": {"unit": {"name": n}, "secret": False}, "changed": True} for n in names]
+
+
+def test_ordinals_are_the_most_units_of_the_batch_and_hosts_with_fewer_sit_out():
+    states = {"a": {"units": [unit("vllm-0"), unit("vllm-1")], "written": []},
+              "b": {"units": [unit("vllm-0")], "written": wrote("vllm-0")},
+              "c": {"units": [unit("vllm-0")] * 3, "written": []}}
+    rolled = rollout.host_rollout("b", states, ["a", "b"])
+    assert rolled["ordinals"] == 2
+    assert [s and (s["name"], s["restart"]) for s in rolled["steps"]] == [("vllm-0", True), None]
+    assert rollout.host_rollout("a", states, ["a", "b"])["steps"][1]["restart"] is False
+    # A host outside the batch (another serial batch) does not count.
+    assert rollout.host_rollout("a", states, ["a", "b", "c"])["ordinals"] == 3
+    assert rollout.host_rollout("a", {}, ["a"]) == {"ordinals": 0, "steps": []}
+
+
+def test_a_multinode_instance_restarts_on_every_host_when_it_does_on_one():
+    pair = ["a", "b"]
+    states = {"a": {"units": [unit("vllm-0", pair), unit("vllm-1")], "written": []},
+              "b": {"units": [unit("vllm-0", pair)], "written": wrote("vllm-0")}}
+    steps = rollout.host_rollout("a", states, pair)["steps"]
+    assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", True), ("vllm-1", False)]
+    # A partner that has not run the role (not in states) changes nothing.
+    assert rollout.host_rollout("a", {"a": states["a"]}, pair)["steps"][0]["restart"] is False
+
+
+def test_check_mode_starts_only_units_the_host_already_has():
+    states = {"a": {"units": [unit("vllm-0"), dict(unit("vllm-1"), installed=False)], "written": wrote("vllm-1")}}
+    steps = rollout.host_rollout("a", states, ["a"], check_mode=True)["steps"]
+    assert steps[0]["name"] == "vllm-0" and steps[1] is None
+    assert rollout.host_rollout("a", states, ["a"])["steps"][1]["restart"] is True
