@@ -13,6 +13,10 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 def test_named_limits_are_pinned():
     assert (vc.SHOW_LIMIT, vc.API_KEY_MINIMUM, vc.API_KEY_MAXIMUM) == (60, 16, 512)
     assert vc.API_KEY_RULE.startswith("must be 16-512 printable ASCII characters")
+    # HAProxy's own limits: 2**31 - 1 ms is prime and nine digits of ms stay
+    # below it, so no duration lands on the edge; the figures are pinned here
+    assert vc._HAPROXY_MAX_MS == 2 ** 31 - 1
+    assert vc._DURATION_MS == {"us": 0.001, "ms": 1, "s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
 
 
 def test_show_cuts_at_the_limit():
