@@ -228,3 +228,13 @@ def test_a_model_keeps_one_backend_name():
     second = dict(first, name="a-1", port=8001, backend="model-x")
     with pytest.raises(ValueError, match=r"^gateway_backends\[1\]\.backend: must be model-m, the backend of model m"):
         check(gateway_backends=[first, second])
+
+
+def test_a_missing_variable_alone_is_refused():
+    found = variables()
+    del found["gateway_retries"]
+    with pytest.raises(ValueError, match=r"^gateway_settings: missing variable\(s\) gateway_retries; "
+                                         r"unknown variable\(s\) none$"):
+        gs.check_settings(found)
+    with pytest.raises(ValueError, match=r"^gateway_settings: missing variable\(s\) none; unknown variable\(s\) x$"):
+        gs.check_settings(variables(x=1))
