@@ -210,3 +210,14 @@ def test_command_word():
     assert vc.command_word("w", "model-a") == "model-a"
     with pytest.raises(ValueError, match="^w: must not be empty"):
         vc.command_word("w", "")
+
+
+def test_port_with_zero_still_refuses_below_zero():
+    with pytest.raises(ValueError, match=r"^p: must be at least 0 \(got -1\)$"):
+        vc.port("p", -1, allow_zero=True)
+
+
+def test_haproxy_duration_takes_ints_but_not_booleans():
+    assert vc.haproxy_duration("t", 5) == "5"
+    with pytest.raises(ValueError, match=r"^t: must be a string \(got True\)$"):
+        vc.haproxy_duration("t", True)
