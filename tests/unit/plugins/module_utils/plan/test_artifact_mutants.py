@@ -109,10 +109,10 @@ def test_combine_plans_checks_each_plan(plan, message):
 
 
 def test_combine_plans_sorts_and_sums():
-    first = {"instances": [{"host": "b", "ordinal": 1}, {"host": "b"}], "unused": [{"host": "b", "index": None}],
+    first = {"instances": [{"host": "b", "ordinal": 1}, {"host": "b"}], "unused": [{"host": "b", "index": 0}],
              "warnings": ["b: late"], "totals": {"hosts": 1, "instances": 2, "gpus": 4, "gpus_used": 3,
                                                  "gpus_unused": 1}}
-    second = {"instances": [{"host": "a", "ordinal": 0}], "unused": [{"host": "b", "index": 0}],
+    second = {"instances": [{"host": "a", "ordinal": 0}], "unused": [{"host": "b", "index": None}],
               "warnings": ["a: early"], "totals": {"hosts": "2", "instances": 1}}
     third = {"instances": [], "unused": [], "warnings": [], "totals": None}
     combined = pa.combine_plans([first, second, third])
@@ -129,8 +129,8 @@ def test_dump_artifact_is_sorted_indented_and_ends_in_a_newline():
 
 
 def test_hardware_record_orders_gpus_by_index_then_id():
-    facts = {"gpus": [{"id": "c", "index": None}, {"id": "b", "index": 1}, {"id": "a", "index": 0},
-                      {"id": "d", "index": 0}, {"id": "e"}],
+    facts = {"gpus": [{"id": "c", "index": None}, {"id": "b", "index": 1}, {"id": "d", "index": 0},
+                      {"id": "a", "index": 0}, {"id": "e"}],
              "numa_nodes": [{"id": 1, "cpus": "4-7"}, {"id": 0, "cpus": "0-3"}, {"id": 2, "cpus": None}]}
     assert pa.hardware_record(facts) == {"gpus": [["a", 0], ["d", 0], ["b", 1], ["c", None], ["e", None]],
                                          "numa_nodes": [0, 1, 2], "cpus": "0-7"}
