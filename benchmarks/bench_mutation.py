@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Mutation score of the core pure modules (scripts/mutation; not in CI: a
+"""Mutation score of the core pure modules (scripts/mutation.py; not in CI: a
 module takes minutes).
 
     nice -n 15 .venv/bin/python benchmarks/bench_mutation.py [--modules common/cpulist ...] [--wider]
@@ -10,7 +10,7 @@ Prints, per module: mutants, killed, survived, timed out, equivalent
 (tests/mutation_equivalent.txt) and the score, the share of the mutants that
 change behaviour that the module's own tests catch (target: 90%). With
 --wider, survivors also meet every plugin test file that imports the module
-(slower). Survivors are listed by scripts/mutation MODULE.
+(slower). Survivors are listed by scripts/mutation.py MODULE.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "scripts", "mutation")
-CORE = ("common/cpulist", "topology/nvidia_smi", "topology/nvml", "topology/sysfs", "placement/search",
-        "placement/cpus", "placement/host", "common/checks", "deploy/gateway/settings", "plan/artifact")
+SCRIPT = os.path.join(HERE, "..", "scripts", "mutation.py")
+CORE = ("common/cpulist", "topology/nvidia_smi", "topology/nvidia_smi_topo", "topology/nvidia_smi_cells",
+        "topology/nvml", "topology/nvml_parse", "topology/sysfs", "topology/sysfs_pci", "placement/search",
+        "placement/domains", "placement/cpus", "placement/template", "common/checks", "deploy/gateway/settings",
+        "plan/artifact")
 TARGET = 90.0
 
 

@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """value checks at their edges: every limit held where it moves by one, each
-branch's result and message (scripts/mutation common/checks found these
+branch's result and message (scripts/mutation.py common/checks found these
 untested)."""
 
 import pytest

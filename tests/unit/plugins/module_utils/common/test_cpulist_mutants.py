@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """cpulist at its edges: each limit held where it moves by one, exact forms
-and messages (scripts/mutation common/cpulist found these untested)."""
+and messages (scripts/mutation.py common/cpulist found these untested)."""
 
 import pytest
 

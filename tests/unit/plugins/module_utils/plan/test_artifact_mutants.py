@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """The plan artifact at its edges: the size limit held where it moves by one,
 each file kind read_plan_file refuses, options typed, plans combined and
-sorted exactly (scripts/mutation plan/artifact found these untested)."""
+sorted exactly (scripts/mutation.py plan/artifact found these untested)."""
 
 from __future__ import annotations
 

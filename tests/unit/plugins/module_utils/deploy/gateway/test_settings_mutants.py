@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """The gateway's settings at their edges: every named limit held where it
-moves by one, derived strings exact (scripts/mutation deploy/gateway/settings
+moves by one, derived strings exact (scripts/mutation.py deploy/gateway/settings
 found these untested)."""
 
 import hashlib

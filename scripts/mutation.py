@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Mutation testing of plugins/module_utils (docs/development.md, "Test strength").
 
 One small change ("mutant") at a time is made to a module, in a temporary copy
@@ -9,10 +8,10 @@ imports the module, or --wider). The score is the share of mutants caught, out
 of those that change behaviour: mutants reviewed as equivalent are listed in
 tests/mutation_equivalent.txt (one id a line, then the reason) and left out.
 
-    nice -n 15 scripts/mutation common/cpulist plan/artifact
-    scripts/mutation common/cpulist --list            # the mutants, no run
-    scripts/mutation common/cpulist --only ID [ID..]  # just these mutants
-    scripts/mutation common/cpulist --json out.json   # figures for benchmarks
+    nice -n 15 python scripts/mutation.py common/cpulist plan/artifact
+    python scripts/mutation.py common/cpulist --list            # the mutants, no run
+    python scripts/mutation.py common/cpulist --only ID [ID..]  # just these mutants
+    python scripts/mutation.py common/cpulist --json out.json   # figures for benchmarks
 
 Mutations: comparison flips (< <=, > >=, == !=, in / not in, is / is not),
 + and - (also += -=), integer constants +1 and -1, and / or, `not` removed,
@@ -47,6 +46,12 @@ OWN_TESTS = {
                                 UNIT + "/deploy/gateway/test_settings*.py"],
     "plan/artifact": [UNIT + "/plan/test_artifact*.py"],
     "topology/nvidia_smi": [UNIT + "/topology/test_nvidia_smi*.py"],
+    "topology/nvidia_smi_topo": [UNIT + "/topology/test_nvidia_smi*.py"],
+    "topology/nvidia_smi_cells": [UNIT + "/topology/test_nvidia_smi*.py"],
+    "topology/nvml_parse": [UNIT + "/topology/test_nvml*.py"],
+    "topology/sysfs_pci": [UNIT + "/topology/test_sysfs*.py"],
+    "placement/domains": [UNIT + "/placement/test_domains*.py", UNIT + "/placement/test_search*.py"],
+    "placement/template": [UNIT + "/placement/test_template*.py", UNIT + "/placement/test_api*.py"],
     "topology/nvml": [UNIT + "/topology/test_nvml*.py"],
     "topology/sysfs": [UNIT + "/topology/test_sysfs*.py"],
     "placement/search": [UNIT + "/placement/test_search*.py", UNIT + "/placement/test_bounds*.py"],
