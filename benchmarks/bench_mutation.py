@@ -48,7 +48,7 @@ def main():
     parser.add_argument("--wider", action="store_true", help="survivors also meet the wider suite")
     args = parser.parse_args()
     print("%-26s %7s %7s %8s %8s %10s %7s" % ("module", "mutants", "killed", "survived", "timeout", "equivalent",
-                                            "score"))
+                                              "score"))
     for module in args.modules:
         figures, error = score(module, args.wider)
         if figures is None:

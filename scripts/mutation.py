@@ -70,7 +70,7 @@ KILLED_RC = (1, 2, 3)  # tests failed, collection failed (the mutant broke the i
 def _int_constant(node):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         node = node.operand
-    return isinstance(node, ast.Constant) and type(node.value) is int
+    return isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool)
 
 
 def _plus(node, delta):
@@ -95,10 +95,10 @@ def candidates(node):
             node.op = new()
             return node
         found.append(("arith:%s:%s" % (SYMBOL[type(node.op)], SYMBOL[new]), build))
-    elif isinstance(node, ast.Constant) and type(node.value) is bool:
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
         found.append(("bool:%s:%s" % (node.value, not node.value),
                       lambda: ast.copy_location(ast.Constant(not node.value), node)))
-    elif isinstance(node, ast.Constant) and type(node.value) is int:
+    elif isinstance(node, ast.Constant) and isinstance(node.value, int):
         for delta in (1, -1):
             found.append(("int:%d:%d" % (node.value, node.value + delta),
                           lambda delta=delta: ast.copy_location(ast.Constant(node.value + delta), node)))
@@ -198,7 +198,7 @@ def read_equivalent(path):
             for line in handle:
                 line = line.strip()
                 if line and not line.startswith("#"):
-                    mutant, _, reason = line.partition(" ")
+                    mutant, dummy, reason = line.partition(" ")
                     listed[mutant] = reason.strip()
     return listed
 
@@ -231,7 +231,7 @@ def importers(root, path):
     """Unit test files of plugins/ that import the module: the default wider
     suite (the role tests, which render and verify whole roles, are left to --wider)."""
     dotted = path[:-3].replace("/", ".")
-    parent, _, leaf = dotted.rpartition(".")
+    parent, dummy, leaf = dotted.rpartition(".")
     pattern = re.compile(r"%s\b|%s import [^\n]*\b%s\b" % (re.escape(dotted), re.escape(parent), re.escape(leaf)))
     found = []
     for test in sorted(glob.glob(os.path.join(root, "tests/unit/plugins/**/test_*.py"), recursive=True)):

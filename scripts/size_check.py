@@ -34,13 +34,13 @@ def functions(path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--top", type=int, default=0, help="print the N longest functions")
     args = parser.parse_args()
     over, lengths = [], []
     for path in python_files():
         with open(os.path.join(REPO, path), encoding="utf-8") as handle:
-            lines = sum(1 for _ in handle)
+            lines = sum(1 for dummy in handle)
         if path.startswith(FILE_LIMITED) and lines > FILE_LIMIT:
             over.append("%s: %d lines (limit %d)" % (path, lines, FILE_LIMIT))
         for name, lineno, length in functions(path):

@@ -33,6 +33,7 @@ options:
 attributes:
   action:
     support: full
+    description: Runs on the controller; the host only sees the module that writes.
   check_mode:
     support: full
     description: As the module that writes (template, copy, file) supports it.
@@ -40,9 +41,11 @@ attributes:
     support: full
     description: As the module that writes supports it.
   platform:
+    support: full
     platforms: posix
+    description: Hosts the role vllm supports.
 notes:
-  - Call it in a task with O(entry) as the loop variable C(__vllm_file): the role's templates read that variable.
+  - "Call it in a task with O(entry) as the loop variable C(__vllm_file): the role's templates read that variable."
 """
 
 EXAMPLES = r"""

@@ -44,4 +44,3 @@ def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi
             reader.capture["nvml"] = dict(reader.capture.get("nvml") or {}, compute_processes=nvml_processes)
         capture = reader.capture
     return facts, processes, capture
-

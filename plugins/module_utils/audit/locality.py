@@ -300,7 +300,7 @@ def check_process(view, proc, memory_threshold=DEFAULT_MEMORY_THRESHOLD, instanc
     if instance:
         fix += "; it is planned instance %s: redeploy it so its unit binds it" % instance
     findings.append(finding(host, severity, "process_locality", subject, message, fix,
-                             [proc["pid"]], proc["gpus"], instance))
+                            [proc["pid"]], proc["gpus"], instance))
     return findings, placed
 
 

@@ -225,8 +225,6 @@ class Domain(object):
         return self.encode(enumerate(self.counts)) | self.guards
 
 
-
-
 # What a candidate group that fits (a lookup, a sum, a comparison) and a
 # search state (a frame on the stack, a memo entry) cost against a
 # candidate that does not fit (one AND).
@@ -380,7 +378,8 @@ class _TableSearch(object):
                 value, link = found
                 vectors = []
                 while link is not None:
-                    vec, link = link
+                    # a link is a (vector, next link) pair; pylint infers the chain's end (None) only
+                    vec, link = link  # pylint: disable=unpacking-non-sequence
                     vectors.append(vec)
                 found = Best(value, tuple(vectors))
             out.append(found)

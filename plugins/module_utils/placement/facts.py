@@ -120,7 +120,6 @@ _OPT_INT = frozenset((int, _NONE))
 _CPU_LISTS = frozenset((list, tuple))
 
 
-
 @functools.lru_cache(maxsize=256)
 def link_score(link):
     """pci.link_score, once per link class (the reader checks every link of every host)."""

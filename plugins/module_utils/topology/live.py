@@ -82,7 +82,6 @@ def _default_which(name):
     return None
 
 
-
 class _Refused(Exception):
     """A path below the root that must not be read (escape, loop, FIFO...)."""
 

@@ -114,7 +114,6 @@ class Reader(object):
         return "/" + "/".join(stack)
 
 
-
 def module_which(get_bin_path):
     """which(name) for a module: a path is taken as it is when it is an
     executable file; a bare name is looked up with the module's own

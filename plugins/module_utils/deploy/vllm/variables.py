@@ -60,7 +60,7 @@ Directive = namedtuple("Directive", "directive value")
 # sched_setaffinity; get_mempolicy is in @system-service) and setrlimit.
 STRICT_HARDENING = (
     Directive("SystemCallFilter", ["~@privileged",
-                          "~ioprio_set nice sched_setattr sched_setparam sched_setscheduler setpriority"]),
+                                   "~ioprio_set nice sched_setattr sched_setparam sched_setscheduler setpriority"]),
     Directive("DevicePolicy", "closed"),
     Directive("DeviceAllow", ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"]),
     # Safe with the explicit allow-list above (it only adds char-rtc r).

@@ -127,6 +127,7 @@ def test_module_live_read_problems_are_warnings_not_a_failure(tmp_path):
     assert "[WARNING]" in out and "not, a line" in out
     assert "deprecated" not in out
 
+
 def test_module_fail_on_severity_and_missing_plan(tmp_path):
     dummy_inventory, dummy_plan, capture = trap_files(tmp_path)
     rc, result, out = ad_hoc("capture=%s fail_on_severity=critical" % capture)

@@ -49,7 +49,7 @@ def assert_plain(value):
 
 def test_unsafe_text_comes_back_as_str():
     value = plain(AnsibleUnsafeText("gpu-a"))
-    assert type(value) is str and value == "gpu-a"
+    assert value.__class__ is str and value == "gpu-a"
 
 
 def test_wrapped_nested_values_come_back_plain_keys_too():
@@ -69,7 +69,7 @@ def test_bool_stays_bool(value):
 
 def test_tagged_values_from_yaml_come_back_plain():
     loaded = DataLoader().load("gpu-a: {tp: 4, span: false, ratio: 0.5, cpus: '0-3', none: null, ports: [8000]}\n")
-    assert type(loaded) is not dict and type(next(iter(loaded))) is not str  # tagged on 2.19
+    assert loaded.__class__ is not dict and next(iter(loaded)).__class__ is not str  # tagged on 2.19
     value = plain(loaded)
     assert value == {"gpu-a": {"tp": 4, "span": False, "ratio": 0.5, "cpus": "0-3", "none": None, "ports": [8000]}}
     assert_plain(value)

@@ -39,7 +39,8 @@ PROCESSES = {
 }
 
 
-def proc_tree(root, processes=PROCESSES):
+def proc_tree(root, processes=None):
+    processes = PROCESSES if processes is None else processes
     for pid, (argv, name, dummy_bus) in processes.items():
         proc = os.path.join(str(root), "proc", str(pid))
         os.makedirs(proc)

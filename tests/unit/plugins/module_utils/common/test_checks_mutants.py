@@ -50,7 +50,7 @@ def test_text_length_limit_and_empty():
 
 def test_integer_bounds_are_inclusive():
     assert vc.integer("n", 5, 5, 5) == 5
-    assert vc.integer("n", "7") == 7 and type(vc.integer("n", "7")) is int
+    assert vc.integer("n", "7") == 7 and vc.integer("n", "7").__class__ is int
     with pytest.raises(ValueError, match=r"^n: must be at least 5 \(got 4\)$"):
         vc.integer("n", 4, 5, 9)
     with pytest.raises(ValueError, match=r"^n: must be at most 9 \(got 10\)$"):

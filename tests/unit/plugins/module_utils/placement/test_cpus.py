@@ -96,8 +96,6 @@ def test_plan_host_smt_unknown_assumption_silent_where_nothing_is_split():
     ({0: (0, "0-1,4,6")}, {}),  # offsets differ
     ({0: (0, "")}, {}),
 ])
-
-
 def test_assumed_smt_offsets(nodes, expected):
     from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpus import assumed_smt_offsets
 

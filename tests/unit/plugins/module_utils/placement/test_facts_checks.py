@@ -71,7 +71,7 @@ def test_memo_checks_str_subclasses_each_time_and_makes_them_plain():
     assert placement_facts._parts_key(tagged, tuple(g.id for g in plain.gpus)) is None
     view = placement_facts.read_host_facts(tagged)
     assert view.topology == plain.topology
-    assert type(view.topology.nodes[0].cpus) is str
+    assert view.topology.nodes[0].cpus.__class__ is str
 
 
 def test_memo_errors_name_each_host():

@@ -397,7 +397,7 @@ def test_planned_entries_are_the_units_of_each_host_and_only_heads_are_backends(
                                 master_port=29600)
     for entry in plan["instances"]:
         (unit,) = host_state.host_units([entry], dict(VARIABLES, host=entry["host"], vllm_node_addresses=addresses,
-                                                     vllm_rollout_hosts=names))["units"]
+                                                      vllm_rollout_hosts=names))["units"]
         flags = vllm_options(numactl_reading(unit["argv"])[1][3:])
         head = entry["multinode"]["head"]
         assert (flags["--nnodes"], flags["--node-rank"], flags["--master-addr"], flags["--master-port"]) == (

@@ -30,8 +30,6 @@ from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement
         ({"tp_size": 2, "tensor_parallel": 2}, "unknown option\\(s\\): tensor_parallel"),
     ],
 )
-
-
 def test_plan_host_rejects_bad_options(options, message):
     with pytest.raises(placement.PlacementError, match=message):
         placement.plan_host(h100_nvswitch(), **options)

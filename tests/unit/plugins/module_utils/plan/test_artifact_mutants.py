@@ -146,7 +146,7 @@ def _fresh(hosts, **extra):
 
 def test_merge_plans_counts_gpus_and_types_options():
     merged = pa.merge_plans(_fresh(["a"], settings={"a": {"tp_size": " 2 ", "allow_span": "Yes", "model": "m",
-                                                           "allow_x": "yes"}},
+                                                          "allow_x": "yes"}},
                                    hardware={"a": {"gpus": []}}), None, ["a"], ["a"])
     assert merged["plan"]["hosts"] == {"a": {"gpus": 3, "options": {"tp_size": 2, "allow_span": True, "model": "m",
                                                                     "allow_x": "yes"},

@@ -320,7 +320,7 @@ def test_kept_plans_load_or_fail_clearly_and_bind_only_what_the_host_has(kept, d
         instances = [i for i in merged["instances"] if i["host"] == host]
         try:
             units = host_state.host_units(instances, dict(VARIABLES, host=host, vllm_rollout_hosts=FLEET,
-                                                         vllm_node_addresses={"gpu-m1": "10.0.0.1"}))["units"]
+                                                          vllm_node_addresses={"gpu-m1": "10.0.0.1"}))["units"]
         except ValueError:
             continue
         for unit in units:

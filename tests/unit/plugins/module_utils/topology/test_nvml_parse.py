@@ -170,4 +170,4 @@ def _errors_only(count):
 
 def _one_gpu(words):
     return {"collector_version": 1, "devices": [{"index": 0, "bus_id": "00000000:1A:00.0",
-                                                  "cpu_affinity": {"scope": "node", "bits": 64, "words": words}}]}
+                                                 "cpu_affinity": {"scope": "node", "bits": 64, "words": words}}]}

@@ -20,5 +20,5 @@ def test_summary_names_gpu_memory_nodes_and_usable_cpus():
     assert "NUMA node 1: CPUs none (a GPU's memory); memory 97280 MB" in lines
     assert "NUMA node 2: CPUs none (memory only); memory 0 MB" in lines
     lines = summary(facts_from_capture(os.path.join(MACHINES, "mi300x_8gpu_lxc_cpuset",
-                                                                      "capture.yml")))
+                                                    "capture.yml")))
     assert "NUMA node 0 (socket 0): CPUs 0-55,112-167 (usable by services: 0-14,112-126); memory unknown" in lines

@@ -10,7 +10,6 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysf
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
 
-
 def _reader(files):
     return CaptureReader({"capture_version": 1, "files": files})
 

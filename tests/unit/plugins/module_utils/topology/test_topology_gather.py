@@ -75,7 +75,7 @@ def test_gather_live_runs_configured_nvidia_smi_and_records_canonical_commands(t
                       '  *) exit 9 ;;\nesac\n' % (tmp_path, tmp_path))
     binary.chmod(0o755)
     facts, recorded = gather_live(root=str(tree), nvidia_smi_binary=str(binary), record=True,
-                                           hostname="gpu-b")
+                                  hostname="gpu-b")
     assert facts["sources"] == ["sysfs", "nvidia-smi"]
     assert facts["gpus"][0]["name"] == "NVIDIA RTX A6000"
     assert facts["links"]["0000:01:00.0"]["0000:81:00.0"] == "NV4"

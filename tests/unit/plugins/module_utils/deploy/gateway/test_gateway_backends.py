@@ -112,7 +112,7 @@ def test_instances_without_a_model_serve_under_their_served_name():
     ("gateway_api_keys", [], {}, "gateway_api_keys expects the dict returned by fleet_plan"),
     ("gateway_api_keys", {"instances": []}, ["gpu-a"], "gateway_api_keys: api_keys must be a mapping of inventory host -> vllm_api_key"),
     ("gateway_backends", {"instances": []}, "10.0.0.11", "gateway_backends: addresses must be a mapping of inventory host -> "
-                                                        "address (got '10.0.0.11')"),
+     "address (got '10.0.0.11')"),
 ])
 def test_non_plans_and_non_mappings_name_the_call(call, plan, mapping, message):
     with pytest.raises(ValueError) as info:

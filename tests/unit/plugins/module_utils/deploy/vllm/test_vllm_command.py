@@ -29,8 +29,6 @@ def test_recorded_machines_give_plans():
 
 
 @pytest.mark.parametrize("case,facts,plan", PLANS, ids=[p[0] for p in PLANS])
-
-
 def test_numactl_binding_covers_exactly_the_planned_cpus_and_gpu_nodes(case, facts, plan):
     units = host_state.host_units(plan["instances"], VARIABLES)["units"]
     assert [u["name"] for u in units] == [i["name"] for i in plan["instances"]]
@@ -88,8 +86,6 @@ def test_numactl_binding_covers_exactly_the_planned_cpus_and_gpu_nodes(case, fac
 
 
 @pytest.mark.parametrize("case,facts,plan", PLANS[::3], ids=[p[0] for p in PLANS[::3]])
-
-
 def test_systemd_binding_writes_the_same_placement_as_directives(case, facts, plan):
     units = host_state.host_units(plan["instances"], dict(VARIABLES, vllm_binding="systemd"))["units"]
     for instance, unit in zip(plan["instances"], units):
@@ -144,8 +140,6 @@ def test_readiness_and_gpu_preparation_are_part_of_the_unit():
     ("127.0.0.1", "http://127.0.0.1:8000/health"), ("0.0.0.0", "http://127.0.0.1:8000/health"),
     ("::", "http://[::1]:8000/health"), ("fd00::5", "http://[fd00::5]:8000/health"),
     ("10.0.0.7", "http://10.0.0.7:8000/health")])
-
-
 def test_health_is_asked_where_the_instance_listens(listen, url):
     unit = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_listen_host=listen, vllm_api_key="sk-test-0123456789"))["units"][0]
     assert unit["health_url"] == url

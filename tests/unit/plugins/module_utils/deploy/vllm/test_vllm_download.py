@@ -23,8 +23,6 @@ def environment_of(variables):
     ("org/sub/name", "other"), ("./models/llama", "other"), ("org--x/name", "other"), ("-org/name", "other"),
     ("org/name.", "other"), ("org/na..me", "other"), ("org name/x", "other"), ("", "other"),
 ])
-
-
 def test_model_source_tells_hub_ids_from_paths(model, source):
     assert download.model_source(model) == source
 
@@ -50,10 +48,11 @@ def test_hub_models_are_downloaded_and_served_offline():
 
 
 def test_local_paths_are_neither_downloaded_nor_offline():
-    variables = dict(VARIABLES, vllm_model="/srv/models/llama", vllm_served_model_name="llama", existing=[], vllm_install=False, host="gpu-a")
+    variables = dict(VARIABLES, vllm_model="/srv/models/llama", vllm_served_model_name="llama", existing=[],
+                     vllm_install=False, host="gpu-a")
     result = host_state.host_units([INSTANCE], dict(variables, existing=[
-         {"path": "/opt/vllm/bin/vllm", "isreg": True, "xusr": True},
-         {"path": "/usr/bin/numactl", "isreg": True, "xusr": True}]))
+        {"path": "/opt/vllm/bin/vllm", "isreg": True, "xusr": True},
+        {"path": "/usr/bin/numactl", "isreg": True, "xusr": True}]))
     assert result["download"]["needed"] is False
     assert result["download"]["reason"] == "the model is a local path"
     assert "HF_HUB_OFFLINE" not in dict(result["units"][0]["environment"])
@@ -67,8 +66,6 @@ def test_a_model_that_is_neither_hub_id_nor_path_is_refused_while_downloading():
 
 
 @pytest.mark.parametrize("entry", [{"isdir": True}, {"islnk": True}])
-
-
 def test_a_snapshot_in_the_cache_skips_the_download(entry):
     found = [dict(entry, path=SNAPSHOTS + "/" + COMMIT)]
     result = host_state.host_units([INSTANCE], dict(VARIABLES, existing=found, vllm_install=True))
@@ -85,8 +82,6 @@ def test_a_snapshot_in_the_cache_skips_the_download(entry):
     [{"path": SNAPSHOTS + "/" + COMMIT + "/config.json", "isreg": True}],  # deeper
     [{"path": SNAPSHOTS.replace("70B", "8B") + "/" + COMMIT, "isdir": True}],  # another model
 ])
-
-
 def test_anything_but_a_snapshot_folder_downloads(found):
     result = host_state.host_units([INSTANCE], dict(VARIABLES, existing=found, vllm_install=True))
     assert result["download"]["needed"] is True

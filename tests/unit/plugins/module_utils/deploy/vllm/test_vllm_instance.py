@@ -45,8 +45,6 @@ BAD_INSTANCES = [
 
 
 @pytest.mark.parametrize("instances,message", BAD_INSTANCES, ids=[str(i) for i in range(len(BAD_INSTANCES))])
-
-
 def test_bad_instance_is_refused_naming_the_field(instances, message):
     with pytest.raises(ValueError) as info:
         host_state.host_units(instances, VARIABLES)

@@ -83,8 +83,8 @@ def test_socket_interface_is_set_on_multinode_units_only():
     environment = dict(unit["environment"])
     assert environment["NCCL_SOCKET_IFNAME"] == environment["GLOO_SOCKET_IFNAME"] == "ens1f0"
     single = host_state.host_units([placement.plan_fleet({"h": topology.facts_from_capture(
-         os.path.join(MACHINES, "h100_sxm_8gpu_nvswitch", "capture.yml"))}, tp_size=4)["instances"][0]],
-         dict(VARIABLES, vllm_socket_ifname="ens1f0"))["units"][0]
+        os.path.join(MACHINES, "h100_sxm_8gpu_nvswitch", "capture.yml"))}, tp_size=4)["instances"][0]],
+        dict(VARIABLES, vllm_socket_ifname="ens1f0"))["units"][0]
     assert "NCCL_SOCKET_IFNAME" not in dict(single["environment"])
 
 
@@ -102,8 +102,6 @@ def test_socket_interface_is_set_on_multinode_units_only():
     ({"vllm_extra_args": {"headless": True}}, r"^vllm_extra_args key: must not set options the unit sets itself"),
     ({"vllm_extra_args": {"master_addr": "10.0.0.9"}}, r"^vllm_extra_args key: must not set options"),
 ])
-
-
 def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
     with pytest.raises(ValueError, match=message):
         units(1, **variables)
@@ -128,8 +126,6 @@ def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
     ("::ffff:0.0.0.0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
     ("0:0:0:0:0:ffff:0:0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
 ])
-
-
 def test_a_head_address_the_ranks_cannot_reach_is_refused(address, allow, message):
     for rank in (0, 1):
         with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: " + message) as info:
@@ -140,16 +136,12 @@ def test_a_head_address_the_ranks_cannot_reach_is_refused(address, allow, messag
 
 
 @pytest.mark.parametrize("address", ["0", "127.1", "0x7f000001"])
-
-
 def test_a_numeric_shorthand_head_address_is_refused_by_the_address_check(address):
     with pytest.raises(ValueError, match=r"^vllm_node_addresses\.gpu-a: must be an IPv4 address .* legacy form"):
         units(1, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=True)
 
 
 @pytest.mark.parametrize("address", ["127.0.0.29", "::1", "localhost"])
-
-
 def test_a_loopback_head_is_accepted_where_every_host_is_this_machine(address):
     (unit,) = units(1, vllm_node_addresses=dict(ADDRESSES, **{"gpu-a": address}), vllm_allow_loopback_master=True)
     assert unit["argv"][unit["argv"].index("--master-addr") + 1] == address
@@ -166,8 +158,6 @@ def test_a_loopback_head_is_accepted_where_every_host_is_this_machine(address):
     ({"nnodes": 3, "hosts": ["gpu-a", "gpu-b", "gpu-c"]}, r"multinode\.nnodes: must divide pp_size 4"),
     ({"master_port": 70000}, r"multinode\.master_port: "),
 ])
-
-
 def test_a_tampered_multinode_field_is_refused(change, message):
     instance = entry(1)
     instance["multinode"].update(change)

@@ -90,8 +90,6 @@ BAD_VARIABLE_IDS = [m.split(":")[0] + "-%d" % i for i, (c, m) in enumerate(BAD_V
 
 
 @pytest.mark.parametrize("changes,message", BAD_VARIABLES, ids=BAD_VARIABLE_IDS)
-
-
 def test_bad_variable_is_refused_naming_it_and_the_rule(changes, message):
     with pytest.raises(ValueError) as info:
         host_state.host_units([INSTANCE], dict(VARIABLES, **changes))
@@ -106,8 +104,6 @@ def test_bad_variable_is_refused_naming_it_and_the_rule(changes, message):
     {"vllm_listen_host": "10.0.0.5", "vllm_api_key": "sk-secret-0123456789"},
     {"vllm_listen_host": "0.0.0.0", "vllm_allow_unauthenticated": True},
 ])
-
-
 def test_loopback_key_or_opt_out_lets_an_instance_listen(changes):
     units = host_state.host_units([INSTANCE], dict(VARIABLES, **changes))
     argv = units["units"][0]["argv"]
@@ -124,8 +120,6 @@ def test_loopback_key_or_opt_out_lets_an_instance_listen(changes):
     ("vllm_download_ignore_patterns", "original/*", "vllm_download_ignore_patterns: must be a list"),
     ("vllm_download_ignore_patterns", ["a\nb"], "vllm_download_ignore_patterns[0]: must not contain control"),
 ])
-
-
 def test_download_variables_are_checked(name, value, message):
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         host_state.host_units([INSTANCE], dict(VARIABLES, **{name: value}))
