@@ -110,10 +110,10 @@ def test_numa_facts_ships_common_and_topology_only():
 def test_the_check_sees_a_leak():
     """The rule itself: a placement file or a controller helper is a leak, the target audit readers are not."""
     assert controller_only([MODULE_UTILS + "placement/api.py", COLLECTION + "plugins/plugin_utils/host_results.py",
-                            MODULE_UTILS + "audit/processes.py", MODULE_UTILS + "audit/findings.py",
+                            MODULE_UTILS + "audit/processes.py", MODULE_UTILS + "audit/locality.py",
                             MODULE_UTILS + "topology/reader.py"]) == [
         MODULE_UTILS + "placement/api.py", COLLECTION + "plugins/plugin_utils/host_results.py",
-        MODULE_UTILS + "audit/findings.py"]
+        MODULE_UTILS + "audit/locality.py"]
 
 
 def test_numa_audit_ships_the_readers_only():

@@ -21,7 +21,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.filter.placement import fleet_plan, socket_local_groups
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host
-from ansible_collections.gpufleet.numa.plugins.module_utils.audit import findings as audit
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import drift as audit_drift
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
@@ -416,8 +417,8 @@ def test_the_audit_replans_a_host_as_its_share_of_the_instance():
     fresh = dict(placement.plan_fleet(facts, tp_size=4, pp_size=4, nodes_per_instance=2), settings=settings)
     kept = plan_artifact.merge_plans(fresh, None, sorted(facts), sorted(facts))["plan"]
     for host in ("gpu-a", "gpu-b"):
-        instances, options, dummy = audit.deployed_for_host(kept, host)
+        instances, options, dummy = audit_drift.deployed_for_host(kept, host)
         assert options == {"tp_size": 4, "pp_size": 2, "max_instances_per_host": 1}
-        result = audit.audit_host(facts[host], None, host=host, deployed=kept)
+        result = audit_result.audit_host(facts[host], None, host=host, deployed=kept)
         assert [f["code"] for f in result["findings"] if f["code"].startswith("replan")] == []
         assert [g["gpu_indices"] for g in result["today_plan"]["groups"]] == [instances[0]["gpu_indices"]]

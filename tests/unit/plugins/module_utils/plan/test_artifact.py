@@ -157,7 +157,7 @@ def test_fleet_plan_by_host_takes_each_hosts_own_values(facts):
     # and what the audit replans with
     merged = plan_artifact.merge_plans(result, None, sorted(facts), sorted(facts))
     instances, options, dummy = __import__(
-        "ansible_collections.gpufleet.numa.plugins.module_utils.audit.findings", fromlist=["audit"]).deployed_for_host(
+        "ansible_collections.gpufleet.numa.plugins.module_utils.audit.drift", fromlist=["drift"]).deployed_for_host(
         merged["plan"], "h100")
     assert options["tp_size"] == 2 and len(instances) == 4
 
