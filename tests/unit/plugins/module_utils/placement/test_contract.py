@@ -226,3 +226,12 @@ def test_no_consumer_repeats_a_decision_of_the_contract(pattern, function):
                 if re.search(pattern, line):
                     found.append("%s:%d" % (os.path.relpath(path, PLUGINS), number))
     assert not found, "call contract.%s instead: %s" % (function, ", ".join(found))
+
+
+@pytest.mark.parametrize("entry", [
+    {}, {"multinode": None}, {"multinode": "x"}, {"multinode": {}}, {"multinode": {"node_rank": 0}},
+    {"multinode": {"node_rank": 1}}, {"multinode": {"node_rank": "0"}}, "not a dict",
+])
+def test_count_instances_counts_exactly_the_heads(entry):
+    # count_instances writes is_head out for speed: the two must never disagree.
+    assert contract.count_instances([entry, entry]) == 2 * contract.is_head(entry)
