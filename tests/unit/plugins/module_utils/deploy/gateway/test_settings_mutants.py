@@ -149,8 +149,11 @@ def test_secret_forms_and_quoting():
 
 def test_backend_api_keys_forms():
     found = [{"model": "m", "api_key": ""}]
-    gs.backend_api_keys(None, found)
-    gs.backend_api_keys("", found)
+    # No invented default: roles/gateway/defaults/main.yml gives {}, so null or '' is refused.
+    for missing in (None, ""):
+        with pytest.raises(ValueError, match=r"^gateway_backend_api_keys: must be a mapping .*\(value hidden\)$"):
+            gs.backend_api_keys(missing, found)
+    gs.backend_api_keys({}, found)
     gs.backend_api_keys({"m": None}, found)
     assert found == [{"model": "m", "api_key": ""}]
     gs.backend_api_keys({"m": "k" * 16}, found)
