@@ -141,3 +141,17 @@ def test_at_most_max_devices_are_read():
     # The last one read is entry MAX_DEVICES - 1, no more, no less.
     devices = [0] * (MAX_DEVICES - 1) + [_device(0), _device(1)]
     assert [g["index"] for g in nvml_parse.parse(_record(devices))["gpus"]] == [0]
+
+
+def test_gpus_without_bus_ids_are_keyed_by_index_and_linked_by_level():
+    devices = [_device(0, bus_id=None), _device(1, bus_id=None)]
+    partial = nvml_parse.parse(_record(devices, [{"a": 0, "b": 1, "level": 10}]))
+    assert partial["links"] == {"GPU0": {"GPU1": "PIX"}, "GPU1": {"GPU0": "PIX"}}
+    assert partial["warnings"] == ["NVML: GPU 0: PCI bus id unknown (None)", "NVML: GPU 1: PCI bus id unknown (None)"]
+
+
+def test_topology_entries_naming_no_recorded_device_are_ignored():
+    topology = [{"a": 0, "b": 99, "level": 50}, {"a": "0", "b": 1, "level": 50}, {"a": 0, "b": 1, "level": 20}]
+    partial = nvml_parse.parse(_record([_device(0), _device(1)], topology))
+    assert (partial["links"], partial["warnings"], partial["error"]) == (
+        {_bus(0): {_bus(1): "PXB"}, _bus(1): {_bus(0): "PXB"}}, [], None)
