@@ -159,19 +159,21 @@ def instantiate(template, view, fleet=None):
     for ordinal, grp in enumerate(template.groups):
         stage_out = []
         members = []
+        indices = []
         for st in grp.stages:
             stage_gpus = list(map(gpu_at, st.positions))
+            stage_indices = list(map(_gpu_index, stage_gpus))
             stage_out.append({
                 "gpus": list(map(_gpu_id, stage_gpus)),
-                "gpu_indices": list(map(_gpu_index, stage_gpus)),
+                "gpu_indices": stage_indices,
                 "numa_nodes": list(st.numa_nodes),
                 "socket": st.socket,
                 "sockets": list(st.sockets),
                 "worst_link": st.worst_link,
             })
             members += stage_gpus
+            indices += stage_indices
         binding = grp.binding
-        indices = list(map(_gpu_index, members))
         group = {
             "gpus": list(map(dict, map(zip, itertools.repeat(_GPU_FIELDS), members))),
             "gpu_indices": indices,
