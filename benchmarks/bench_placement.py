@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/bench_placement.py [--repeat 5] [--tp 2]
 
 Prints: plan time for 10,000 hosts x 8 GPUs (median of the runs, against
-TARGET_SECONDS) and 1,000 hosts x 16 GPUs, the
+TARGET_CALIBRATIONS: its CPU time as a multiple of the calibration measured
+right before and after those runs) and 1,000 hosts x 16 GPUs, the
 10,000/1,000-host time ratio for the same 8-GPU mix (10 means linear), the
 number of distinct plan templates in each fleet (hosts that agree in what the
 planner reads and in their excluded GPUs share one), and the cost of one
@@ -30,8 +31,11 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api
 
 # What planning 10,000 hosts x 8 GPUs (tp_size 2) may take, CPU seconds, median of cold runs:
 # the facts checks read every field of every host, and hosts of one kind share their checked
-# topology and their plan template.
+# topology and their plan template. Set on a machine whose calibration read 0.24 s; a loaded
+# machine's speed varies, so the target is judged in calibrations measured around the runs.
 TARGET_SECONDS = 0.6
+REFERENCE_CALIBRATION = 0.24
+TARGET_CALIBRATIONS = TARGET_SECONDS / REFERENCE_CALIBRATION  # 2.5
 
 
 def _facts(host, nodes, gpu_nodes, link, smt_offset, bus_base):
@@ -122,6 +126,7 @@ def timed(fleet, exclude, tp, repeat):
     walls, cpus = [], []
     for _run in range(repeat):
         placement.clear_cache()
+        plan = None  # freeing the previous run's plan is not part of this run
         wall, cpu = time.perf_counter(), time.process_time()
         plan = placement.plan_fleet(fleet, tp_size=tp, exclude_gpus=exclude)
         walls.append(time.perf_counter() - wall)
@@ -167,18 +172,23 @@ def main():
     excl8_small = dict((h, v) for h, v in excl8.items() if h in fleet8_small)
     fleet16, excl16 = build_fleet(1000, MIX_16, 2)
 
+    calibrated_before = calibration()
     t_big, c_big, plan_big, topo_big = timed(fleet8, excl8, args.tp, args.repeat)
+    calibrated = min(calibrated_before, calibration())
     t_small, c_small, _plan, topo_small = timed(fleet8_small, excl8_small, args.tp, args.repeat)
     t_16, c_16, plan_16, topo_16 = timed(fleet16, excl16, args.tp, args.repeat)
 
     print("python %s, tp_size %d, median of %d cold runs; %d CPUs, load average %.1f"
           % (sys.version.split()[0], args.tp, args.repeat, os.cpu_count(), os.getloadavg()[0]))
     print("(wall time counts other processes on a busy machine; CPU time is this process alone)")
-    print("calibration: 10**7 integer additions take %.2f s cpu on this machine" % calibration())
+    print("calibration: 10**7 integer additions take %.2f s cpu on this machine (best of those right before "
+          "and after the 10,000-host runs)" % calibrated)
     print("10,000 hosts x 8 GPUs : wall %6.3f s  cpu %6.3f s  (%d instances, %d plan templates, %.1f us cpu/host)"
           % (t_big, c_big, plan_big["totals"]["instances"], topo_big, 1e6 * c_big / 10000))
-    print("  target: %.2f s cpu for 10,000 hosts x 8 GPUs at tp_size 2: %s (%.0f%% of it)"
-          % (TARGET_SECONDS, "met" if c_big < TARGET_SECONDS else "NOT met", 100 * c_big / TARGET_SECONDS))
+    ratio = c_big / calibrated
+    print("  target: %.2f calibrations of cpu for 10,000 hosts x 8 GPUs at tp_size 2 (%.2f s at calibration %.2f s): "
+          "%.2f calibrations, %s" % (TARGET_CALIBRATIONS, TARGET_SECONDS, REFERENCE_CALIBRATION, ratio,
+                                     "met" if ratio <= TARGET_CALIBRATIONS else "NOT met"))
     print(" 1,000 hosts x 8 GPUs : wall %6.3f s  cpu %6.3f s  (%d plan templates)" % (t_small, c_small, topo_small))
     print(" 1,000 hosts x 16 GPUs: wall %6.3f s  cpu %6.3f s  (%d instances, %d plan templates, %.1f us cpu/host)"
           % (t_16, c_16, plan_16["totals"]["instances"], topo_16, 1e6 * c_16 / 1000))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Mapping
+from operator import itemgetter
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
@@ -120,9 +121,12 @@ def count_instances(entries):
 
 def plan_totals(hosts, gpus, entries):
     """The totals of a plan of `hosts` hosts holding `gpus` GPUs, with these instance entries."""
-    used = sum(len(entry["gpus"]) for entry in entries)
+    used = sum(map(len, map(_gpus_of, entries)))  # C-level maps: a 10,000-host plan holds 40,000 entries
     return {"hosts": hosts, "instances": count_instances(entries), "gpus": gpus, "gpus_used": used,
             "gpus_unused": gpus - used}
+
+
+_gpus_of = itemgetter("gpus")
 
 
 def add_totals(totals):

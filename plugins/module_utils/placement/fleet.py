@@ -12,6 +12,7 @@ are placement/multinode.py's.
 from __future__ import annotations
 
 import gc
+import operator
 from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -94,15 +95,20 @@ def _plan_fleet(hosts, opts):
         if isinstance(exclude, dict):
             host_opts["exclude_gpus"] = exclude.get(host, frozenset())
         plan = plan_host_validated(facts, host_opts, str(host), fleet_slots)
+        groups = plan["groups"]
         # every GPU of the host is in a group or unused
-        gpu_total += sum(len(g["gpus"]) for g in plan["groups"]) + len(plan["unused"])
-        instances.extend(plan["groups"])
+        gpu_total += sum(map(len, map(_gpus_of, groups))) + len(plan["unused"])
+        instances += groups
         host = plan["host"]
         for entry in plan["unused"]:
             unused.append({"host": host, "id": entry["id"], "index": entry["index"], "reason": entry["reason"]})
-        warnings.extend(HostWarning(host, text) for text in plan["warnings"])
+        if plan["warnings"]:
+            warnings.extend(HostWarning(host, text) for text in plan["warnings"])
     return {"instances": instances, "unused": unused, "warnings": format_warnings(warnings),
             "totals": contract.plan_totals(len(names), gpu_total, instances)}
+
+
+_gpus_of = operator.itemgetter("gpus")
 
 
 def check_ports(opts, count, host):

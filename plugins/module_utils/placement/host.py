@@ -15,6 +15,7 @@ A host's plan is built in two steps:
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import NamedTuple
 
@@ -142,6 +143,9 @@ _gpu_id = operator.itemgetter(0)  # Gpu.id
 _gpu_index = operator.itemgetter(2)  # Gpu.index
 
 
+_GPU_FIELDS = ("id", "pci_bus_id", "index", "uuid", "name")  # a plan's GPU entry: Gpu's fields, in its order
+
+
 def instantiate(template, view, fleet=None):
     """The plan of one host from its template; with fleet (FleetSlots) the groups are fleet instances.
 
@@ -155,22 +159,24 @@ def instantiate(template, view, fleet=None):
     for ordinal, grp in enumerate(template.groups):
         stage_out = []
         members = []
+        indices = []
         for st in grp.stages:
             stage_gpus = list(map(gpu_at, st.positions))
+            stage_indices = list(map(_gpu_index, stage_gpus))
             stage_out.append({
                 "gpus": list(map(_gpu_id, stage_gpus)),
-                "gpu_indices": list(map(_gpu_index, stage_gpus)),
+                "gpu_indices": stage_indices,
                 "numa_nodes": list(st.numa_nodes),
                 "socket": st.socket,
                 "sockets": list(st.sockets),
                 "worst_link": st.worst_link,
             })
-            members.extend(stage_gpus)
+            members += stage_gpus
+            indices += stage_indices
         binding = grp.binding
         group = {
-            "gpus": [{"id": gid, "pci_bus_id": bus, "index": index, "uuid": uuid, "name": name}
-                     for gid, bus, index, uuid, name in members],
-            "gpu_indices": list(map(_gpu_index, members)),
+            "gpus": list(map(dict, map(zip, itertools.repeat(_GPU_FIELDS), members))),
+            "gpu_indices": indices,
             "stages": stage_out,
             "numa_nodes": list(grp.numa_nodes),
             "sockets": list(grp.sockets),
@@ -182,16 +188,21 @@ def instantiate(template, view, fleet=None):
             # instance owns its nodes' CPUs outright.
             "binding": {"mode": binding.mode, "cpus": binding.cpus, "mems": list(binding.mems),
                         "policy": binding.policy, "by_node": grp.by_node,
-                        "workers": [{"gpu_index": g.index, "node": node, "cpus": cpus}
-                                    for g, (node, cpus) in zip(members, binding.workers)]},
+                        "workers": [{"gpu_index": index, "node": node, "cpus": cpus}
+                                    for index, (node, cpus) in zip(indices, binding.workers)]},
             "worst_link": grp.worst_link,
             "reason": grp.reason,
         }
         if fleet is not None:
             slot = fleet.slots[ordinal]
-            group.update(host=host, name=slot.name, ordinal=ordinal, tp_size=fleet.tp_size, pp_size=fleet.pp_size,
-                         port=slot.port, dist_port=slot.dist_port,
-                         dist_port_range=[slot.dist_port, slot.dist_port + fleet.range_last])
+            group["host"] = host
+            group["name"] = slot.name
+            group["ordinal"] = ordinal
+            group["tp_size"] = fleet.tp_size
+            group["pp_size"] = fleet.pp_size
+            group["port"] = slot.port
+            group["dist_port"] = slot.dist_port
+            group["dist_port_range"] = [slot.dist_port, slot.dist_port + fleet.range_last]
         out_groups.append(group)
     unused = [{"id": gpus[u.position].id, "index": gpus[u.position].index, "reason": u.reason} for u in template.unused]
     return {"host": host, "groups": out_groups, "unused": unused, "warnings": host_warnings(template, view)}

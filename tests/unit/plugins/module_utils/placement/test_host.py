@@ -52,3 +52,19 @@ def test_plan_is_made_of_new_containers_each_time():
     first["groups"][0]["binding"]["workers"].clear()
     assert placement.plan_host(facts, tp_size=2)["groups"][0]["numa_nodes"] == [0]
     assert placement.plan_host(facts, tp_size=2)["groups"][0]["binding"]["workers"]
+
+
+def test_gpu_entries_written_by_zip_hold_the_fields_in_the_plan_order():
+    # instantiate builds a plan's GPU entries by dict(zip(_GPU_FIELDS, gpu)): Gpu's fields must be those, in that order
+    assert placement_facts.Gpu._fields == placement_host._GPU_FIELDS == ("id", "pci_bus_id", "index", "uuid", "name")
+    opts = placement_options.validate_options({"tp_size": 2})
+    facts = h100_nvswitch("a")
+    plan = placement_host.plan_host_validated(facts, opts)
+    by_id = dict((g["id"], g) for g in facts["gpus"])
+    for group in plan["groups"]:
+        for entry in group["gpus"]:
+            assert list(entry) == ["id", "pci_bus_id", "index", "uuid", "name"]
+            assert entry == dict((k, by_id[entry["id"]][k]) for k in entry)
+        assert [w["gpu_index"] for w in group["binding"]["workers"]] == group["gpu_indices"]
+        assert group["gpu_indices"] == [i for stage in group["stages"] for i in stage["gpu_indices"]]
+        assert group["gpu_indices"] is not group["stages"][0]["gpu_indices"]
