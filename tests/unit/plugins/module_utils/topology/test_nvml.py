@@ -13,41 +13,18 @@ of nvidia-ml-py 13.x. A collect() over it must give back the record.
 from __future__ import absolute_import, division, print_function
 
 import copy
-import functools
 import os
 
 import pytest
-import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.tests.fixtures.recorded import load, machines_with
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import nvml
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import nvml_parse
 
 __metaclass__ = type
 
 MACHINES = os.path.join(fixture_paths.FIXTURES, "machines")
-
-
-def _machines_with_nvml():
-    found = []
-    for name in sorted(os.listdir(MACHINES)):
-        path = os.path.join(MACHINES, name, "capture.yml")
-        if os.path.isfile(path):
-            with open(path) as handle:
-                if "nvml" in (yaml.safe_load(handle) or {}):
-                    found.append(pytest.param(name, id=name))
-    return found
-
-
-@functools.lru_cache(maxsize=None)
-def _read(name, what):
-    with open(os.path.join(MACHINES, name, what)) as handle:
-        return yaml.safe_load(handle)
-
-
-def _load(name, what):
-    """A fresh copy each time: tests change what they get."""
-    return copy.deepcopy(_read(name, what))
 
 
 class NVMLError(Exception):
@@ -200,9 +177,9 @@ def _without(fake, *names):
     return older
 
 
-@pytest.mark.parametrize("name", _machines_with_nvml())
+@pytest.mark.parametrize("name", machines_with("nvml"))
 def test_collect_over_recorded_nvml_gives_back_the_record(name):
-    raw = _load(name, "capture.yml")["nvml"]
+    raw = load(name, "capture.yml")["nvml"]
     fake = RecordedNVML(raw)
     collected = nvml.collect(fake, cpu_count=raw["cpu_count"])
     assert collected == raw
@@ -210,14 +187,14 @@ def test_collect_over_recorded_nvml_gives_back_the_record(name):
 
 
 def test_collect_sizes_cpu_affinity_for_the_cpu_count():
-    raw = _load("power8_minsky_p100", "capture.yml")["nvml"]
+    raw = load("power8_minsky_p100", "capture.yml")["nvml"]
     fake = RecordedNVML(raw)
     nvml.collect(fake, cpu_count=129)
     assert ("cpu_affinity", 3, 0) in fake.calls
 
 
 def test_collect_missing_scoped_affinity_falls_back_to_legacy_call():
-    raw = _load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"]
+    raw = load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"]
     fake = _without(RecordedNVML(raw), "nvmlDeviceGetCpuAffinityWithinScope")
     collected = nvml.collect(fake, cpu_count=raw["cpu_count"])
     device = collected["devices"][0]
@@ -227,7 +204,7 @@ def test_collect_missing_scoped_affinity_falls_back_to_legacy_call():
 
 
 def test_collect_missing_topology_and_remote_type_functions():
-    raw = _load("power8_minsky_p100", "capture.yml")["nvml"]
+    raw = load("power8_minsky_p100", "capture.yml")["nvml"]
     fake = _without(
         RecordedNVML(raw), "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetNvLinkRemoteDeviceType"
     )
@@ -244,7 +221,7 @@ def test_collect_missing_topology_and_remote_type_functions():
 
 
 def test_collect_init_failure_is_recorded_not_raised():
-    raw = copy.deepcopy(_load("power8_minsky_p100", "capture.yml")["nvml"])
+    raw = copy.deepcopy(load("power8_minsky_p100", "capture.yml")["nvml"])
     raw["errors"] = {"init": "Driver Not Loaded"}
     collected = nvml.collect(RecordedNVML(raw), cpu_count=8)
     assert collected["errors"] == {"init": "Driver Not Loaded"}
@@ -255,7 +232,7 @@ def test_collect_init_failure_is_recorded_not_raised():
 
 
 def test_collect_handle_failure_skips_that_gpu():
-    raw = copy.deepcopy(_load("power8_minsky_p100", "capture.yml")["nvml"])
+    raw = copy.deepcopy(load("power8_minsky_p100", "capture.yml")["nvml"])
     raw["errors"]["handle[2]"] = "GPU is lost"
     collected = nvml.collect(RecordedNVML(raw), cpu_count=raw["cpu_count"])
     assert [d["index"] for d in collected["devices"]] == [0, 1, 3]
@@ -265,7 +242,7 @@ def test_collect_handle_failure_skips_that_gpu():
 
 
 def test_collect_unexpected_exception_type_is_recorded():
-    raw = _load("power8_minsky_p100", "capture.yml")["nvml"]
+    raw = load("power8_minsky_p100", "capture.yml")["nvml"]
     fake = RecordedNVML(raw)
 
     def broken(handle):
@@ -292,7 +269,7 @@ def test_collect_defaults_cpu_count_to_this_machine():
 def test_collect_and_parse_gpu_numa_node_id_only_when_nvml_answers():
     # Grace Hopper: nvmlDeviceGetNumaNodeId names the GPU's own memory node; x86 answers
     # "Not Supported", which is the normal case and leaves no trace in the record
-    raw = _load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"]
+    raw = load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"]
     raw["devices"][0]["gpu_numa_node"] = 1
     collected = nvml.collect(RecordedNVML(raw), cpu_count=raw["cpu_count"])
     assert collected == raw

@@ -6,13 +6,12 @@
 from __future__ import absolute_import, division, print_function
 
 import copy
-import functools
 import os
 
 import pytest
-import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.tests.fixtures.recorded import load, machines_with
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import nvml_parse
 
 __metaclass__ = type
@@ -24,32 +23,10 @@ GPU_KEYS = {
 }
 
 
-def _machines_with_nvml():
-    found = []
-    for name in sorted(os.listdir(MACHINES)):
-        path = os.path.join(MACHINES, name, "capture.yml")
-        if os.path.isfile(path):
-            with open(path) as handle:
-                if "nvml" in (yaml.safe_load(handle) or {}):
-                    found.append(pytest.param(name, id=name))
-    return found
-
-
-@functools.lru_cache(maxsize=None)
-def _read(name, what):
-    with open(os.path.join(MACHINES, name, what)) as handle:
-        return yaml.safe_load(handle)
-
-
-def _load(name, what):
-    """A fresh copy each time: tests change what they get."""
-    return copy.deepcopy(_read(name, what))
-
-
-@pytest.mark.parametrize("name", _machines_with_nvml())
+@pytest.mark.parametrize("name", machines_with("nvml"))
 def test_parse_recorded_nvml_matches_expected(name):
-    partial = nvml_parse.parse(_load(name, "capture.yml")["nvml"])
-    expected = _load(name, "expected.yml")
+    partial = nvml_parse.parse(load(name, "capture.yml")["nvml"])
+    expected = load(name, "expected.yml")
     gpus = {
         g["pci_bus_id"]: {k: g[k] for k in ("index", "pci_bus_id", "numa_node", "local_cpus")}
         for g in partial["gpus"]
@@ -62,7 +39,7 @@ def test_parse_recorded_nvml_matches_expected(name):
 
 
 def test_parse_dgx2_nvswitch_gives_nv6_not_pcie_levels():
-    raw = _load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"]
+    raw = load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"]
     partial = nvml_parse.parse(raw)
     values = {v for row in partial["links"].values() for v in row.values()}
     assert values == {"NV6"}
@@ -76,7 +53,7 @@ def test_parse_dgx2_nvswitch_gives_nv6_not_pcie_levels():
 
 
 def test_parse_nvswitch_uses_the_narrower_gpu_link_count():
-    raw = copy.deepcopy(_load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"])
+    raw = copy.deepcopy(load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"])
     raw["devices"][1]["nvlinks"][5]["active"] = False  # one link down on GPU 1
     links = nvml_parse.parse(raw)["links"]
     assert links["0000:34:00.0"]["0000:36:00.0"] == "NV5"
@@ -84,7 +61,7 @@ def test_parse_nvswitch_uses_the_narrower_gpu_link_count():
 
 
 def test_parse_without_nvswitch_falls_back_to_topology_levels():
-    raw = copy.deepcopy(_load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"])
+    raw = copy.deepcopy(load("dgx2_v100_16gpu_nvswitch", "capture.yml")["nvml"])
     for device in raw["devices"]:
         device["nvlinks"] = []
     links = nvml_parse.parse(raw)["links"]
@@ -95,7 +72,7 @@ def test_parse_without_nvswitch_falls_back_to_topology_levels():
 
 
 def test_parse_power8_gpu_cpu_nvlinks_do_not_link_gpus():
-    partial = nvml_parse.parse(_load("power8_minsky_p100", "capture.yml")["nvml"])
+    partial = nvml_parse.parse(load("power8_minsky_p100", "capture.yml")["nvml"])
     assert partial["links"]["0002:01:00.0"] == {
         "0003:01:00.0": "NV2", "000a:01:00.0": "SYS", "000b:01:00.0": "SYS",
     }
@@ -107,7 +84,7 @@ def test_parse_power8_gpu_cpu_nvlinks_do_not_link_gpus():
 
 
 def test_parse_several_memory_nodes_leave_numa_node_unknown():
-    raw = copy.deepcopy(_load("power8_minsky_p100", "capture.yml")["nvml"])
+    raw = copy.deepcopy(load("power8_minsky_p100", "capture.yml")["nvml"])
     raw["devices"][0]["memory_affinity"]["words"] = [3]
     gpu = nvml_parse.parse(raw)["gpus"][0]
     assert gpu["numa_node"] is None
@@ -127,7 +104,7 @@ def test_parse_bad_records_give_partial_with_warnings(raw):
 
 
 def test_parse_unreadable_bus_id_keys_gpu_by_index():
-    raw = copy.deepcopy(_load("power8_minsky_p100", "capture.yml")["nvml"])
+    raw = copy.deepcopy(load("power8_minsky_p100", "capture.yml")["nvml"])
     raw["devices"][1]["bus_id"] = "garbage"
     partial = nvml_parse.parse(raw)
     assert partial["gpus"][1]["pci_bus_id"] is None
@@ -136,7 +113,7 @@ def test_parse_unreadable_bus_id_keys_gpu_by_index():
 
 
 def test_parse_mig_mode_and_memory():
-    raw = copy.deepcopy(_load("power8_minsky_p100", "capture.yml")["nvml"])
+    raw = copy.deepcopy(load("power8_minsky_p100", "capture.yml")["nvml"])
     raw["devices"][0]["mig_mode"] = {"current": 1, "pending": 1}
     raw["devices"][1]["mig_mode"] = {"current": 0, "pending": 1}
     gpus = nvml_parse.parse(raw)["gpus"]

@@ -10,25 +10,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
-from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder
-
-NVIDIA, AMD, INTEL, ASPEED, MATROX, MELLANOX = "0x10de", "0x1002", "0x8086", "0x1a03", "0x102b", "0x15b3"
-
-
-def two_socket_host():
-    """Two sockets, one NUMA node each, SMT pairs (0,4) (1,5) ... ."""
-    b = SysfsBuilder()
-    b.node(0, "0-1,4-5", memory_kb=2048 * 1024, distances=[10, 21])
-    b.node(1, "2-3,6-7", memory_kb=1024 * 1024, distances=[21, 10])
-    for cpu in range(8):
-        core = cpu % 4
-        b.cpu(cpu, 0 if core < 2 else 1, "%d,%d" % (core, core + 4))
-    b.online("0-7")
-    return b
-
-
-def collect(builder):
-    return sysfs.collect(CaptureReader(builder.capture()))
+from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import two_socket_host, collect
 
 
 def test_collect_numa_nodes_memory_distances_sockets():

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_common
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
-
-
-def _reader(files):
-    return CaptureReader({"capture_version": 1, "files": files})
+from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import files_reader as _reader
 
 
 def test_node_for_cpus_needs_exactly_one_covering_node():

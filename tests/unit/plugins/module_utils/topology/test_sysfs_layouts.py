@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysf
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader, RecordingReader
+from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import files_reader as _reader
 
 LAYOUTS = os.path.join(fixture_paths.FIXTURES, "sysfs_layouts")
 LAYOUT_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(LAYOUTS, "*", "capture.yml")))
@@ -55,10 +56,6 @@ def test_sysfs_layout_fixture_gives_expected_facts(folder):
 
 def test_layout_fixtures_exist():
     assert len(LAYOUT_DIRS) >= 8
-
-
-def _reader(files):
-    return CaptureReader({"capture_version": 1, "files": files})
 
 
 def test_recorded_mountinfo_keeps_cgroup_lines_only():

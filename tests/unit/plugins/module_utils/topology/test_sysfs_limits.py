@@ -11,28 +11,12 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysf
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import sysfs_limits
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
-from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder
+from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import two_socket_host, files_reader as _reader
 
 
 CGROUP_ROOT = "/sys/fs/cgroup/cpuset.cpus.effective"
 CGROUP_SLICE = "/sys/fs/cgroup/system.slice/cpuset.cpus.effective"
 STATUS = "Name:\tpython3\nUid:\t0\t0\t0\t0\nCpus_allowed:\tff\nCpus_allowed_list:\t%s\nMems_allowed_list:\t0-1\n"
-
-
-def _reader(files):
-    return CaptureReader({"capture_version": 1, "files": files})
-
-
-def two_socket_host():
-    """Two sockets, one NUMA node each, SMT pairs (0,4) (1,5) ... ."""
-    b = SysfsBuilder()
-    b.node(0, "0-1,4-5", memory_kb=2048 * 1024, distances=[10, 21])
-    b.node(1, "2-3,6-7", memory_kb=1024 * 1024, distances=[21, 10])
-    for cpu in range(8):
-        core = cpu % 4
-        b.cpu(cpu, 0 if core < 2 else 1, "%d,%d" % (core, core + 4))
-    b.online("0-7")
-    return b
 
 
 def test_collect_usable_cpus_unknown_without_any_limit_file():

@@ -17,26 +17,9 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
-from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder, write_tree
-
-NVIDIA, AMD, INTEL, ASPEED, MATROX, MELLANOX = "0x10de", "0x1002", "0x8086", "0x1a03", "0x102b", "0x15b3"
-
-
-def two_socket_host():
-    """Two sockets, one NUMA node each, SMT pairs (0,4) (1,5) ... ."""
-    b = SysfsBuilder()
-    b.node(0, "0-1,4-5", memory_kb=2048 * 1024, distances=[10, 21])
-    b.node(1, "2-3,6-7", memory_kb=1024 * 1024, distances=[21, 10])
-    for cpu in range(8):
-        core = cpu % 4
-        b.cpu(cpu, 0 if core < 2 else 1, "%d,%d" % (core, core + 4))
-    b.online("0-7")
-    return b
-
-
-def collect(builder):
-    return sysfs.collect(CaptureReader(builder.capture()))
-
+from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import (
+    AMD, ASPEED, INTEL, MATROX, MELLANOX, NVIDIA, collect, files_reader as _reader, two_socket_host, write_tree,
+)
 
 MACHINES = os.path.join(fixture_paths.FIXTURES, "machines")
 MACHINE_DIRS = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(MACHINES, "*", "capture.yml")))
@@ -74,10 +57,6 @@ def kfd_node(b, node, props, links=()):
     for i, (kind, to) in enumerate(links):
         b.files["%s/io_links/%d/properties" % (base, i)] = "type %d\nnode_from %d\nnode_to %d\nweight 15\n" % (
             kind, node, to)
-
-
-def _reader(files):
-    return CaptureReader({"capture_version": 1, "files": files})
 
 
 def test_collect_gpu_classes_and_vendors():
