@@ -13,27 +13,16 @@ import shutil
 import subprocess
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.tests.fixtures.gateway_inputs import variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
-DEFAULTS = yaml.safe_load(open(os.path.join(fixture_paths.REPO, "roles", "gateway",
-                                            "defaults", "main.yml")))
 PROBE_KEY = "Xk9%Qw7LmN2pR5tZ"
-
-
-def variables(**changes):
-    found = {key: DEFAULTS[key] for key in gateway_settings.VARIABLES if key in DEFAULTS}
-    found.update(gateway_listen_address="127.0.0.1", gateway_backends=[
-        {"name": "a-0", "host": "a", "address": "10.0.0.1", "port": 8000, "model": "m"}])
-    found.update(changes)
-    return found
 
 
 def fragments(secret, size=4):

@@ -6,24 +6,13 @@ moves by one, derived strings exact (scripts/mutation.py deploy/gateway/settings
 found these untested)."""
 
 import hashlib
-import os
 
 import pytest
-import yaml
 
-from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.tests.fixtures.gateway_inputs import variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gs
 
-DEFAULTS = yaml.safe_load(open(os.path.join(fixture_paths.REPO, "roles", "gateway", "defaults", "main.yml")))
 KEY = "k3y-0f-the-gateway"
-
-
-def variables(**changes):
-    found = {key: DEFAULTS[key] for key in gs.VARIABLES if key in DEFAULTS}
-    found.update(gateway_listen_address="127.0.0.1", gateway_backends=[
-        {"name": "a-0", "host": "a", "address": "10.0.0.1", "port": 8000, "model": "m"}])
-    found.update(changes)
-    return found
 
 
 def check(**changes):
