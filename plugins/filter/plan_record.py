@@ -2,8 +2,8 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters for the state of record (docs/plan.md, "Proposal and record"):
-kept_record, record_deployed, forget_hosts, routed_plan, hosts_to_remove
-and deploy_report. Thin shells around module_utils/plan/record.py and
+kept_record, record_deployed, forget_hosts, routed_plan, hosts_to_remove,
+decommission_hosts and deploy_report. Thin shells around module_utils/plan/record.py and
 report.py.
 """
 
@@ -73,6 +73,13 @@ def hosts_to_remove(record, fleet):
         raise AnsibleFilterError("gpufleet.numa.hosts_to_remove: %s" % exc)
 
 
+def decommission_hosts(record, value):
+    try:
+        return plan_record.chosen_hosts(_record(record, "the record"), _plain(value))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.decommission_hosts: %s" % exc)
+
+
 def deploy_report(after, before, context):
     try:
         context = _plain(context)
@@ -90,4 +97,5 @@ def deploy_report(after, before, context):
 class FilterModule(object):
     def filters(self):
         return {"kept_record": kept_record, "record_deployed": record_deployed, "forget_hosts": forget_hosts,
-                "routed_plan": routed_plan, "hosts_to_remove": hosts_to_remove, "deploy_report": deploy_report}
+                "routed_plan": routed_plan, "hosts_to_remove": hosts_to_remove,
+                "decommission_hosts": decommission_hosts, "deploy_report": deploy_report}

@@ -157,7 +157,7 @@ def _check_counts(instances, hosts):
 
 
 def _check_host_entry(host, entry):
-    """hosts[HOST]: {gpus, options?, hardware?}; returns the hardware record or None."""
+    """hosts[HOST]: {gpus, options?, files?, hardware?}; returns the hardware record or None."""
     where = "hosts.%s" % vc.show(host)
     _host("hosts key", host)
     entry = _mapping(where, entry)
@@ -165,6 +165,8 @@ def _check_host_entry(host, entry):
     if "options" in entry:
         for option, value in sorted(_mapping(where + ".options", entry["options"]).items(), key=str):
             fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, vc.show(option)))
+    if "files" in entry:
+        run_record.check_files(where + ".files", entry["files"])
     # Plans written before the record have no "hardware" key; a null one is
     # damage (it would switch the hardware checks off), refused below.
     if "hardware" not in entry:

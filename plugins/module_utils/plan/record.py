@@ -73,7 +73,12 @@ def record_hosts(record, proposal, hosts, runs):
             inst["deployed"] = dict((k, ran[k]) for k in RUN_FIELDS if ran.get(k) is not None)
         instances.append(inst)
     hosts_out = dict((h, e) for h, e in record["hosts"].items() if h not in converged)
-    hosts_out.update((h, proposal["hosts"][h]) for h in converged)
+    for host in converged:
+        entry = dict(proposal["hosts"][host])
+        files = runs.get(host, {}).get("files")
+        if isinstance(files, dict):
+            entry["files"] = files
+        hosts_out[host] = entry
     unused = [u for u in record["unused"] if u["host"] not in converged] + _of_hosts(proposal["unused"], converged)
     kept = set(hosts_out) - converged
     warnings = _warnings_of(record, kept) + _warnings_of(proposal, converged)
@@ -116,3 +121,24 @@ def retired_instances(record, proposal, hosts):
         if gone:
             out[host] = gone
     return out
+
+
+def chosen_hosts(record, value, name="gpufleet_decommission"):
+    """The recorded hosts `value` names: "all", a comma-separated string or
+    a list of inventory hosts, each of which the record must hold."""
+    record = record or empty_record()
+    if value is None or value == "" or value == []:
+        raise ValueError("%s: is required: name the hosts to take down (a list, or comma-separated), or all"
+                         % name)
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(h, str) for h in value):
+        raise ValueError("%s: must be all, or a list of inventory hosts (got %s)" % (name, type(value).__name__))
+    recorded = sorted(record["hosts"])
+    if list(value) == ["all"]:
+        return recorded
+    unknown = sorted(set(value) - set(recorded))
+    if unknown:
+        raise ValueError("%s: %s %s not in the kept plan (recorded: %s)" % (
+            name, ", ".join(unknown), "is" if len(unknown) == 1 else "are", ", ".join(recorded) or "none"))
+    return sorted(set(value))
