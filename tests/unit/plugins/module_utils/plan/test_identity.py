@@ -7,16 +7,20 @@ renames, moves or rebinds only the instances it forces."""
 from __future__ import annotations
 
 import os
+import random
+import time
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host, merge_plan
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import FLEET_OPTIONS
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_hosts import make_facts
+from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_search_reference import random_host
 
 MI300X = os.path.join(fixture_paths.MACHINES, "mi300x_8gpu_xgmi", "capture.yml")
 
@@ -158,3 +162,129 @@ def test_a_bad_deployed_plan_is_refused_like_merge_plan_refuses_it(mi300x):
         fleet_plan_by_host(fleet, deployed="{")
     with pytest.raises(AnsibleFilterError, match="deployed must be the plan file's JSON text or a mapping"):
         fleet_plan_by_host(fleet, deployed=[1])
+
+
+# ---------------------------------------------------------------- random fleets, one change each
+
+CHANGES = ("exclude", "tp", "add", "remove", "model")
+RANDOM_FLEETS = 400
+
+
+def _random_vars(rng, case):
+    facts = random_host(rng, case)
+    return host_vars(facts, gpufleet_tp_size=rng.randint(1, 3), gpufleet_allow_span=rng.random() < 0.3,
+                     vllm_model="org/m")
+
+
+def _plans(fleet):
+    try:
+        return fleet_plan_by_host(fleet)
+    except AnsibleFilterError:
+        return None  # a random host no instance fits on
+
+
+def _random_change(rng, fleet, deployed, serial):
+    """(changed fleet, kind, host changed) for one random change."""
+    kind = rng.choice(CHANGES)
+    host = rng.choice(sorted(fleet))
+    changed = dict(fleet)
+    if kind == "remove" and len(fleet) == 1:
+        kind = "add"
+    if kind == "exclude":
+        mine = [g["id"] for i in deployed if i["host"] == host for g in i["gpus"]]
+        every = [g["id"] for g in fleet[host]["ansible_facts"]["numa_topology"]["gpus"]]
+        pool = mine if mine and rng.random() < 0.9 else every
+        if not pool:
+            return None
+        changed[host] = dict(fleet[host], gpufleet_exclude_gpus=[rng.choice(pool)])
+    elif kind == "tp":
+        tps = [tp for tp in (1, 2, 3, 4) if tp != fleet[host]["gpufleet_tp_size"]]
+        changed[host] = dict(fleet[host], gpufleet_tp_size=rng.choice(tps))
+    elif kind == "add":
+        host = "h%d" % len(fleet)
+        changed[host] = _random_vars(rng, serial)
+    elif kind == "remove":
+        del changed[host]
+    else:
+        changed[host] = dict(fleet[host], vllm_served_model_name="other")
+    return changed, kind, host
+
+
+def _overlapping(instances):
+    seen = set()
+    for instance in instances:
+        cpus = set(parse_cpulist(instance["cpus"]))
+        if cpus & seen:
+            return True
+        seen |= cpus
+    return False
+
+
+def _check_change(kind, host, deployed, plan, positional):
+    """Asserts the change moved only what it forces; returns how many kept instances the
+    positional plan would have renamed, moved or rebound."""
+    old = [i for i in deployed if i["host"] == host]
+    new = [i for i in plan["instances"] if i["host"] == host]
+    kept = []
+    if kind == "exclude" and _overlapping(old):
+        return None  # instances already share CPUs: the freed GPUs may find none left (the fresh plan then)
+    if kind == "exclude":
+        (victim,) = plan["settings"][host]["exclude_gpus"]
+        kept = [i for i in old if victim not in gpu_set(i)]
+        assert [i for i in new if i in kept] == kept
+        held = set().union(*map(gpu_set, kept))
+        assert all(not gpu_set(i) & held for i in new if i not in kept)
+        assert len(new) == sum(1 for i in positional["instances"] if i["host"] == host)
+    elif kind == "model":
+        assert [dict(i, served_model_name="org/m") for i in new] == old
+        kept = old
+    elif kind == "tp":
+        by_set = dict((gpu_set(i), i) for i in old)
+        for instance in new:
+            match = by_set.get(gpu_set(instance))
+            if match is not None:
+                assert (instance["name"], instance["port"]) == (match["name"], match["port"])
+    by_set = dict((gpu_set(i), i) for i in positional["instances"] if i["host"] == host)
+    return sum(1 for i in kept if by_set.get(gpu_set(i)) is None
+               or [by_set[gpu_set(i)][k] for k in ("name", "port", "cpus")] != [i[k] for k in ("name", "port", "cpus")])
+
+
+def test_a_random_change_moves_only_the_instances_it_forces():
+    rng = random.Random(20260611)
+    counts = dict.fromkeys(CHANGES, 0)
+    would_move = overlapping = 0
+    started = time.monotonic()
+    for case in range(RANDOM_FLEETS):
+        fleet = dict(("h%d" % k, _random_vars(rng, case * 10 + k)) for k in range(rng.randint(1, 3)))
+        first = _plans(fleet)
+        if first is None:
+            continue
+        kept_text = artifact.dump_artifact(merge_plan(first, None, sorted(fleet), sorted(fleet))["plan"])
+        try:
+            deployed = artifact.load_artifact(kept_text)["instances"]
+        except ValueError:
+            continue  # a plan no run keeps (an instance without CPUs)
+        change = _random_change(rng, fleet, deployed, case * 10 + 9)
+        if change is None:
+            continue
+        changed, kind, host = change
+        positional = _plans(changed)
+        if positional is None:
+            continue
+        plan = fleet_plan_by_host(changed, deployed=kept_text)
+        for other in changed:
+            if other != host or kind in ("add", "remove"):
+                if other in fleet:
+                    assert [i for i in plan["instances"] if i["host"] == other] == [
+                        i for i in deployed if i["host"] == other], (case, kind, other)
+        moved = _check_change(kind, host, deployed, plan, positional)
+        if moved is None:
+            overlapping += 1
+            continue
+        would_move += moved
+        counts[kind] += 1
+    elapsed = time.monotonic() - started
+    print("random fleets checked: %s; exclusions on hosts whose instances share CPUs (not checked): %d; "
+          "kept instances the positional plan would move: %d; %.1f s" % (counts, overlapping, would_move, elapsed))
+    assert min(counts.values()) >= 20
+    assert would_move > 0
