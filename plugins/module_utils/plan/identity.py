@@ -178,9 +178,21 @@ def plan_rest(host, survivors, fresh, facts, options, replan):
         new = []
     if len(survivors) + len(new) < len(fresh.instances) or not all(instance.get("cpus") for instance in new):
         return None
+    _share_nodes(new, survivors)
     unused = sorted((u for u in unused if u["id"] not in held),
                     key=lambda u: (u.get("index") is None, u.get("index") or 0, u["id"]))
     return HostPart(new, unused, _warnings(fresh.warnings, warnings, held, facts))
+
+
+def _share_nodes(new, survivors):
+    """The re-plan saw only the CPUs survivors left: a new instance on a node
+    a survivor also uses shares it, so it must not bind by node (that would
+    take the survivor's CPUs too)."""
+    nodes = set(node for s in survivors for node in s.get("numa_nodes") or ())
+    for instance in new:
+        if nodes & set(instance["numa_nodes"]):
+            instance.update(cpus_shared_node=True, cpus_whole_nodes=False)
+            instance["binding"] = dict(instance["binding"], by_node=False)
 
 
 def _node_without(node, held_cpus):

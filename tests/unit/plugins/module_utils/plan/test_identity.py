@@ -105,6 +105,18 @@ def test_shared_node_excluding_a_gpu_keeps_the_other_instances_cpus():
     assert [u["id"] for u in plan["unused"]] == ["0000:11:00.0"]
 
 
+def test_shared_node_exclude_then_unexclude_comes_back_to_the_first_plan():
+    """The returning GPU finds the CPUs it left (the survivors' are taken out of the
+    node's usable CPUs) and the lowest free ordinal, its own: the first plan again."""
+    facts = shared_host()
+    first = deploy({"s": host_vars(facts, gpufleet_tp_size=1)})
+    excluded = fleet_plan_by_host({"s": host_vars(facts, gpufleet_tp_size=1, gpufleet_exclude_gpus=["0000:11:00.0"])},
+                                  deployed=first)
+    kept = artifact.dump_artifact(merge_plan(excluded, first, ["s"], ["s"])["plan"])
+    back = fleet_plan_by_host({"s": host_vars(facts, gpufleet_tp_size=1)}, deployed=kept)
+    assert back["instances"] == artifact.load_artifact(first)["instances"]
+
+
 def test_shared_node_unexcluding_keeps_names_by_gpu_set():
     """Survivors hold every CPU of node 0, so the returning GPU's instance gets none: the change
     forces the fresh plan, whose instances keep their names by GPU set; the new one takes ordinal 7."""
@@ -146,6 +158,13 @@ def test_model_change_takes_todays_model_fields_only(mi300x):
                                                vllm_served_model_name="b")}, deployed=kept)
     assert [i["served_model_name"] for i in plan["instances"]] == ["b", "b"]
     assert [dict(i, served_model_name="org/a") for i in plan["instances"]] == deployed
+
+
+def test_a_host_that_stops_naming_its_model_keeps_no_deployed_model_fields(mi300x):
+    kept = deploy({"mi": host_vars(mi300x, gpufleet_tp_size=4, vllm_model="org/a")})
+    plan = fleet_plan_by_host({"mi": host_vars(mi300x, gpufleet_tp_size=4)}, deployed=kept)
+    assert len(plan["instances"]) == 2
+    assert not any("model" in i or "served_model_name" in i for i in plan["instances"])
 
 
 def test_ports_of_kept_ordinals_are_checked(mi300x):
