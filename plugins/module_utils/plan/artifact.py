@@ -152,6 +152,11 @@ def _typed(host, options):
     return out
 
 
+def typed_options(host, options):
+    """Options typed as the kept plan records them (hosts.HOST.options)."""
+    return _typed(host, options)
+
+
 def host_of_warning(warning):
     # fleet_plan prefixes each warning with "HOST: ".
     return str(warning).split(": ", 1)[0]
