@@ -41,7 +41,7 @@ _FALSE = (None, False, "false", "no", "False", "0", 0)
 # What the module on the target is given: how to read, nothing to judge with.
 READER_ARGS = ("root", "record", "nvml", "nvidia_smi")
 # The vllm role's vllm_unit_prefix rule (deploy/vllm/variables.py).
-UNIT_PREFIX = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+UNIT_PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # fullmatch
 REPLAY_UNIT_STATES = {"source": None, "units": {}, "missing": "a replayed capture holds no unit state"}
 
 
@@ -111,10 +111,9 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg="memory_threshold: must be an integer percentage (got %s)" % show(threshold))
         unit_prefix = args.pop("unit_prefix", None)
         unit_prefix = instance_state.DEFAULT_UNIT_PREFIX if unit_prefix is None else unit_prefix
-        if not isinstance(unit_prefix, str) or not UNIT_PREFIX.match(unit_prefix):
+        if not isinstance(unit_prefix, str) or not UNIT_PREFIX.fullmatch(unit_prefix):
             return dict(result, failed=True, msg="unit_prefix: must be 1-64 characters of [A-Za-z0-9_.-], not starting "
                         "with - or . (got %s)" % show(unit_prefix))
-        args.pop("units", None)  # the action's to set, from the plan
         deployed = None
         units = []
         plan = args.pop("plan", None)

@@ -23,9 +23,13 @@ ENGINE_KEY = "GPUFLEET_ENGINE"
 
 def instance_unit(inst, unit_prefix=DEFAULT_UNIT_PREFIX):
     """The unit of a planned instance: the kept plan's deployed.unit, else
-    <unit_prefix><name>.service (the vllm role's naming)."""
+    <unit_prefix><name>.service (the vllm role's naming). ValueError when
+    deployed.unit is not a unit name."""
     deployed = inst.get("deployed")
-    if isinstance(deployed, dict) and isinstance(deployed.get("unit"), str) and deployed["unit"]:
+    if isinstance(deployed, dict) and deployed.get("unit") is not None:
+        if not isinstance(deployed["unit"], str) or not UNIT_NAME.fullmatch(deployed["unit"]):
+            raise ValueError("instance %s: deployed.unit %s (got %s)" % (show(inst.get("name")), UNIT_NAME_RULE,
+                                                                         show(deployed["unit"])))
         return deployed["unit"]
     return "%s%s.service" % (unit_prefix, inst.get("name") or "instance")
 
@@ -36,7 +40,7 @@ def planned_units(instances, unit_prefix=DEFAULT_UNIT_PREFIX):
     out = []
     for inst in instances:
         unit = instance_unit(inst, unit_prefix)
-        if not UNIT_NAME.match(unit):
+        if not UNIT_NAME.fullmatch(unit):
             raise ValueError("instance %s: unit name %s (got %s)" % (show(inst.get("name")), UNIT_NAME_RULE, show(unit)))
         if unit not in out:
             out.append(unit)

@@ -22,14 +22,14 @@ import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 
-UNIT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,240}\.service$")
+UNIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,240}\.service")  # fullmatch: no trailing newline
 UNIT_NAME_RULE = "must be a systemd service name of [A-Za-z0-9_.:@-] ending in .service, not starting with - or ."
 MAX_UNITS = 256
 MAX_SHOW_CHARS = 64 * 1024  # about 200 characters a unit
 SHOW_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "MainPID", "ExecMainStartTimestampMonotonic")
 SYSTEMD_RUNTIME = "/run/systemd/system"
-_STATE_WORD = re.compile(r"^[a-z][a-z-]{0,31}$")
-_NUMBER = re.compile(r"^[0-9]{1,20}$")
+_STATE_WORD = re.compile(r"[a-z][a-z-]{0,31}")
+_NUMBER = re.compile(r"[0-9]{1,20}")
 
 
 def check_unit_names(units):
@@ -39,7 +39,7 @@ def check_unit_names(units):
         raise ValueError("units: must be a list of at most %d unit names (got %s)" % (
             MAX_UNITS, "%d names" % len(units) if isinstance(units, list) else type(units).__name__))
     for position, unit in enumerate(units):
-        if not isinstance(unit, str) or not UNIT_NAME.match(unit):
+        if not isinstance(unit, str) or not UNIT_NAME.fullmatch(unit):
             raise ValueError("units[%d]: %s (got %s)" % (position, UNIT_NAME_RULE, show(unit)))
     return list(units)
 
@@ -51,15 +51,15 @@ def show_command(units):
 
 def _block_state(fields):
     """One unit's record from its NAME=value fields; None when it has no Id."""
-    if "Id" not in fields or not UNIT_NAME.match(fields["Id"]):
+    if "Id" not in fields or not UNIT_NAME.fullmatch(fields["Id"]):
         return None
     state = {"id": fields["Id"]}
     for key, name in (("LoadState", "load_state"), ("ActiveState", "active_state"), ("SubState", "sub_state")):
         value = fields.get(key)
-        state[name] = value if value is not None and _STATE_WORD.match(value) else None
+        state[name] = value if value is not None and _STATE_WORD.fullmatch(value) else None
     for key, name in (("MainPID", "main_pid"), ("ExecMainStartTimestampMonotonic", "started_monotonic_us")):
         value = fields.get(key)
-        state[name] = int(value) if value is not None and _NUMBER.match(value) else None
+        state[name] = int(value) if value is not None and _NUMBER.fullmatch(value) else None
     return state
 
 
