@@ -566,7 +566,10 @@ def test_vllm_version_bump_rewrites_every_unit_and_restarts_every_instance(tmp_p
                                   playbook=REPORT_PLAYBOOK)
     assert rc == 0, output
     empty = json.loads((tmp_path / "report.json").read_text())
-    assert empty == {"deployed": {"engine": "vllm==0.33.0", "instances": {}}, "restart": []}
+    staged = staging_vars(tmp_path)
+    assert empty == {"deployed": {"engine": "vllm==0.33.0", "instances": {}, "files": {
+        "unit_dir": staged["vllm_unit_dir"], "config_dir": staged["vllm_config_dir"], "unit_prefix": "gpufleet-"}},
+        "restart": []}
 
 
 def test_vllm_shrinking_plan_removes_only_stale_managed_files(tmp_path):
