@@ -92,30 +92,36 @@ def test_the_record_is_what_runs(fleet):
     # A host that fails in the vllm play (a missing vllm_executable, with a
     # tp change) and one that cannot be reached (its capture is replayed, so
     # it is planned again) keep what they run; the gateway routes only that.
+    # A GPU excluded on socket 0 of the rtx4090 (tp 4: socket 0 can no
+    # longer hold an instance) takes vllm-0 down and leaves vllm-1, on the
+    # other socket, exactly as it was: same name, port and CPUs.
     def broken(groups):
         gpu = groups["gpu_servers"]["hosts"]
         gpu[A6000].update(gpufleet_tp_size=2, vllm_install=False, vllm_executable="/nonexistent/bin/vllm")
         gpu[H100].update(ansible_connection="ssh", ansible_host="127.0.0.9", ansible_port=1)
+        gpu[RTX].update(gpufleet_exclude_gpus=["GPU1"])
     out = run(fleet, "deploy_inference.yml", write_inventory(fleet, "broken.yml", broken), rc=4)
     assert "planned again: %s, %s, %s" % (A6000, H100, RTX) in out
     assert recorded(fleet, A6000) == first[A6000] and recorded(fleet, H100) == first[H100]
     assert "failed: %s: not deployed (its errors are above); it keeps its recorded instances vllm-0 :8000, " \
            "vllm-1 :8001" % A6000 in out
     assert "failed: %s: not deployed" % H100 in out
-    assert "deployed: %s: 2 instances unchanged" % RTX in out
-    assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 6
+    assert recorded(fleet, RTX) == first[RTX][1:]
+    assert "deployed: %s: vllm-0 removed (GPUs 0,1,2,3, :8000); 1 instance unchanged" % RTX in out
+    assert units(fleet, RTX) == ["gpufleet-vllm-1.service"]
+    assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 5
     assert units(fleet, A6000) == ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
 
     # A run limited to one GPU host whose instances change (tp 2 there):
     # deployed and recorded, and the end of the run says the gateways do not
-    # route the new instances yet (vllm-0 and vllm-1 keep their names and
-    # ports), naming them and the command that finishes.
+    # route the new instances yet (vllm-1 keeps its name and port), naming
+    # them and the command that finishes.
     out = run(fleet, "deploy_inference.yml", base, "-l", RTX, "-e", "gpufleet_tp_size=2")
     assert [len(g) for _n, g, _p, _c in recorded(fleet, RTX)] == [2, 2, 2, 2]
     assert re.search(r"partial run: the gateways \(demo-gateway\) were not in this run, so HAProxy does not route "
-                     r"%s-vllm-2, %s-vllm-3 yet: finish with ansible-playbook "
-                     r"playbooks/deploy_inference.yml --limit gateways" % (RTX, RTX), out), out[-3000:]
-    assert len(routed(fleet)) == 6  # the gateway was not touched
+                     r"%s-vllm-0, %s-vllm-2, %s-vllm-3 yet: finish with ansible-playbook "
+                     r"playbooks/deploy_inference.yml --limit gateways" % (RTX, RTX, RTX), out), out[-3000:]
+    assert len(routed(fleet)) == 5  # the gateway was not touched
     run(fleet, "deploy_inference.yml", base, "-l", "gateways")
     assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 8
 

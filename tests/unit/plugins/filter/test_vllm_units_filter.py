@@ -81,7 +81,8 @@ def test_vllm_deployed_is_a_filter_shell():
     units = VLLM_UNITS([INSTANCE], VARIABLES)
     results = [{"__vllm_file": entry, "skipped": True, "content_sha1": "ab" * 20} for entry in units["files"]]
     assert deployed(units, {"results": results}) == {"engine": units["engine"], "instances": {
-        "vllm-0": {"unit": "gpufleet-vllm-0.service", "unit_sha1": "ab" * 20, "engine": units["engine"]}}}
+        "vllm-0": {"unit": "gpufleet-vllm-0.service", "unit_sha1": "ab" * 20, "engine": units["engine"]}},
+        "files": {"unit_dir": "/etc/systemd/system", "config_dir": "/etc/vllm", "unit_prefix": "gpufleet-"}}
     with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_deployed: written: must hold the content_sha1"):
         deployed(units, {"results": []})
     with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_deployed: the input must be"):
