@@ -229,8 +229,10 @@ def _warnings(fresh, rest, held, facts):
 
 
 def _without_models(instance):
+    """A kept instance as a proposal holds it: today's model fields are set
+    later, and what it runs is recorded again once its host converged."""
     kept = dict(instance)
-    for field in MODEL_FIELDS:
+    for field in MODEL_FIELDS + ("deployed",):
         kept.pop(field, None)
     return kept
 

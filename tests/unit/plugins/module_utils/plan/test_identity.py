@@ -307,3 +307,15 @@ def test_a_random_change_moves_only_the_instances_it_forces():
           "kept instances the positional plan would move: %d; %.1f s" % (counts, overlapping, would_move, elapsed))
     assert min(counts.values()) >= 20
     assert would_move > 0
+
+
+def test_a_kept_instance_is_proposed_without_what_it_ran(mi300x):
+    """What an instance runs (its `deployed` record) is recorded again once its host converged: a kept instance
+    never carries the old record into the proposal."""
+    import json
+    kept = json.loads(deploy({"mi": host_vars(mi300x, gpufleet_tp_size=4)}))
+    for instance in kept["instances"]:
+        instance["deployed"] = {"engine": "vllm==0.11.0"}
+    fleet = {"mi": host_vars(mi300x, gpufleet_tp_size=4, gpufleet_exclude_gpus=["0000:1e:00.0"])}
+    (survivor,) = fleet_plan_by_host(fleet, deployed=kept)["instances"]
+    assert survivor["name"] == "vllm-1" and "deployed" not in survivor
