@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters for the state of record (docs/plan.md, "Proposal and record"):
-kept_record, record_deployed, forget_hosts, routed_plan, hosts_to_remove,
+kept_record, record_deployed, record_proposal, forget_hosts, routed_plan, hosts_to_remove,
 decommission_hosts and deploy_report. Thin shells around module_utils/plan/record.py and
 report.py.
 """
@@ -52,6 +52,13 @@ def record_deployed(record, proposal, hosts, runs):
         raise AnsibleFilterError("gpufleet.numa.record_deployed: %s" % exc)
 
 
+def record_proposal(record):
+    try:
+        return plan_record.as_proposal(_record(record, "the record"))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.record_proposal: %s" % exc)
+
+
 def forget_hosts(record, hosts):
     try:
         return plan_record.forget_hosts(_record(record, "the record"), _hosts("hosts", hosts))
@@ -97,5 +104,6 @@ def deploy_report(after, before, context):
 class FilterModule(object):
     def filters(self):
         return {"kept_record": kept_record, "record_deployed": record_deployed, "forget_hosts": forget_hosts,
+                "record_proposal": record_proposal,
                 "routed_plan": routed_plan, "hosts_to_remove": hosts_to_remove,
                 "decommission_hosts": decommission_hosts, "deploy_report": deploy_report}

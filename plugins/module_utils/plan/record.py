@@ -85,6 +85,15 @@ def record_hosts(record, proposal, hosts, runs):
     return _rebuilt(hosts_out, instances, unused, warnings)
 
 
+def as_proposal(record):
+    """The record as the proposal of a run that plans nothing: the same
+    entries, without what each instance ran (recorded again once its host
+    converged)."""
+    record = record or empty_record()
+    return dict(record, instances=[dict((k, v) for k, v in i.items() if k != "deployed")
+                                   for i in record["instances"]])
+
+
 def forget_hosts(record, hosts):
     """The kept plan without `hosts` (their instances were taken down)."""
     record = record or empty_record()

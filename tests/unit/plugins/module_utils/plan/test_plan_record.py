@@ -144,3 +144,12 @@ def test_a_report_that_is_no_mapping_is_refused(facts):
     first = proposal(facts)
     with pytest.raises(ValueError, match="host h100: vllm_deployed must be the mapping role vllm sets"):
         plan_record.record_hosts(None, first, ["h100"], {"h100": ["not", "a", "mapping"]})
+
+
+def test_the_record_as_a_proposal_holds_no_run_records(facts):
+    first = proposal(facts)
+    record = plan_record.record_hosts(None, first, FLEET, runs(first, FLEET))
+    again = plan_record.as_proposal(record)
+    assert [dict(i, deployed=r["deployed"]) for i, r in zip(again["instances"], record["instances"])] == record["instances"]
+    assert not any("deployed" in i for i in again["instances"])
+    assert again["hosts"] == record["hosts"]
