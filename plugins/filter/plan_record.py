@@ -52,39 +52,34 @@ def record_deployed(record, proposal, hosts, runs):
         raise AnsibleFilterError("gpufleet.numa.record_deployed: %s" % exc)
 
 
+def _on_record(name, call):
+    """call(the record) with every error named after the filter."""
+    def run(record):
+        try:
+            return call(_record(record, "the record"))
+        except (TypeError, ValueError) as exc:
+            raise AnsibleFilterError("gpufleet.numa.%s: %s" % (name, exc))
+    return run
+
+
 def record_proposal(record):
-    try:
-        return plan_record.as_proposal(_record(record, "the record"))
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("gpufleet.numa.record_proposal: %s" % exc)
+    return _on_record("record_proposal", plan_record.as_proposal)(record)
 
 
 def forget_hosts(record, hosts):
-    try:
-        return plan_record.forget_hosts(_record(record, "the record"), _hosts("hosts", hosts))
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("gpufleet.numa.forget_hosts: %s" % exc)
+    return _on_record("forget_hosts", lambda r: plan_record.forget_hosts(r, _hosts("hosts", hosts)))(record)
 
 
 def routed_plan(record, fleet):
-    try:
-        return plan_record.routed(_record(record, "the record"), _hosts("fleet", fleet))
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("gpufleet.numa.routed_plan: %s" % exc)
+    return _on_record("routed_plan", lambda r: plan_record.routed(r, _hosts("fleet", fleet)))(record)
 
 
 def hosts_to_remove(record, fleet):
-    try:
-        return plan_record.to_remove(_record(record, "the record"), _hosts("fleet", fleet))
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("gpufleet.numa.hosts_to_remove: %s" % exc)
+    return _on_record("hosts_to_remove", lambda r: plan_record.to_remove(r, _hosts("fleet", fleet)))(record)
 
 
 def decommission_hosts(record, value):
-    try:
-        return plan_record.chosen_hosts(_record(record, "the record"), _plain(value))
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("gpufleet.numa.decommission_hosts: %s" % exc)
+    return _on_record("decommission_hosts", lambda r: plan_record.chosen_hosts(r, _plain(value)))(record)
 
 
 def deploy_report(after, before, context):
