@@ -10,7 +10,9 @@ reads; everything else happens here, once.
   (module_utils/audit/result.py) from the module's topology and processes
   (or the replay); the plan never travels to the target, and neither does
   the code that judges it.
-- fail_on_severity and memory_threshold are applied here.
+- fail_on_severity, memory_threshold and unit_prefix are applied here;
+  the module is given only the planned units' names (checked), to read
+  their systemd state.
 - What the module returns is the host's data: its shape is checked here
   (plugin_utils/host_results.py) and only the fields the module defines
   are kept; a crafted result fails this host alone, naming the field.
@@ -18,14 +20,17 @@ reads; everything else happens here, once.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import drift
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import instance_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
@@ -35,6 +40,9 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 # What the module on the target is given: how to read, nothing to judge with.
 READER_ARGS = ("root", "record", "nvml", "nvidia_smi")
+# The vllm role's vllm_unit_prefix rule (deploy/vllm/variables.py).
+UNIT_PREFIX = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # fullmatch
+REPLAY_UNIT_STATES = {"source": None, "units": {}, "missing": "a replayed capture holds no unit state"}
 
 
 def load_plan(path):
@@ -74,7 +82,7 @@ def module_failure(module, host):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("root", "record", "capture", "plan", "nvml", "nvidia_smi", "memory_threshold",
-                             "fail_on_severity"))
+                             "fail_on_severity", "unit_prefix"))
 
     def _resolve(self, path):
         """Absolute path of a controller file, or None."""
@@ -101,7 +109,13 @@ class ActionModule(ActionBase):
             threshold = int(threshold)
         except (TypeError, ValueError):
             return dict(result, failed=True, msg="memory_threshold: must be an integer percentage (got %s)" % show(threshold))
+        unit_prefix = args.pop("unit_prefix", None)
+        unit_prefix = instance_state.DEFAULT_UNIT_PREFIX if unit_prefix is None else unit_prefix
+        if not isinstance(unit_prefix, str) or not UNIT_PREFIX.fullmatch(unit_prefix):
+            return dict(result, failed=True, msg="unit_prefix: must be 1-64 characters of [A-Za-z0-9_.-], not starting "
+                        "with - or . (got %s)" % show(unit_prefix))
         deployed = None
+        units = []
         plan = args.pop("plan", None)
         if plan:
             path = self._resolve(str(plan))
@@ -110,7 +124,7 @@ class ActionModule(ActionBase):
                             "playbook directory and %s)" % (plan, os.getcwd()))
             try:
                 deployed = load_plan(path)
-                drift.deployed_for_host(deployed, host)
+                units = instance_state.planned_units(drift.deployed_for_host(deployed, host)[0], unit_prefix)
             except ValueError as exc:
                 return dict(result, failed=True, msg="plan %s: %s" % (plan, to_text(exc)))
             result["plan_file"] = path
@@ -127,9 +141,12 @@ class ActionModule(ActionBase):
             except ValueError as exc:
                 return dict(result, failed=True, msg="capture %s: %s" % (capture, to_text(exc)))
             result["capture_file"] = path
+            processes["unit_states"] = copy.deepcopy(REPLAY_UNIT_STATES)
             extra = {}
         else:
             module_args = dict((key, value) for key, value in args.items() if key in READER_ARGS)
+            if units:
+                module_args["units"] = units  # names only: the plan itself never travels
             module = self._execute_module(module_args=module_args, task_vars=task_vars)
             if not isinstance(module, dict) or module.get("failed"):
                 return dict(result, failed=True, msg=module_failure(module, host))
@@ -139,7 +156,8 @@ class ActionModule(ActionBase):
                 return dict(result, failed=True, msg=to_text(exc))
             extra = {} if capture is None else {"capture": capture}
         try:
-            result.update(audit_result.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold))
+            result.update(audit_result.audit_result(facts, processes, host or facts.get("hostname"), deployed, threshold,
+                                                    unit_prefix))
         except ValueError as exc:
             return dict(result, failed=True, msg="numa_audit %s: %s" % (host, to_text(exc)))
         result.update(extra)

@@ -11,6 +11,9 @@ in the entry) differs. When it does not, the item is skipped without a call
 to the host; when it does, ansible.builtin.template, ansible.builtin.copy
 or the file module writes it with the same arguments the role's tasks gave
 them before (mode, owner and group of secrets.env, validate of the units).
+Either way a file's result carries content_sha1, the sha1 of its content as
+written or found (the role's vllm_deployed record reads the units'); a
+secret's does not (a hash of a short key is a way to guess it).
 """
 
 from __future__ import annotations
@@ -49,8 +52,10 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         entry = _checked_entry(plain(self._task.args.get("entry")))
-        if not rollout.write_needed(entry, self._content_sha1(entry, task_vars)):
-            return dict(result, skipped=True, changed=False, skip_reason="%s is as planned" % entry["label"])
+        content_sha1 = self._content_sha1(entry, task_vars)
+        shown = {} if entry.get("secret") or content_sha1 is None else {"content_sha1": content_sha1}
+        if not rollout.write_needed(entry, content_sha1):
+            return dict(result, skipped=True, changed=False, skip_reason="%s is as planned" % entry["label"], **shown)
         args = dict((key, entry[key]) for key in PASSED_ON[entry["kind"]] if entry.get(key) is not None)
         if entry["kind"] == "directory":
             args["state"] = "directory"
@@ -60,7 +65,7 @@ class ActionModule(ActionBase):
         if entry["kind"] == "template":
             args["src"] = args.pop("template")
         args["dest"] = entry["path"]
-        return dict(result, **self._sub_action("ansible.builtin.%s" % entry["kind"], args, task_vars))
+        return dict(result, **dict(self._sub_action("ansible.builtin.%s" % entry["kind"], args, task_vars), **shown))
 
     def _content_sha1(self, entry, task_vars):
         """sha1 of what the role would write, worked out here (None for a directory)."""

@@ -17,12 +17,18 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import hos
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import identity
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
 
-def fleet_plan_by_host(host_vars, hosts=None):
-    """Plan each host with its own gpufleet_* variables (docs/deploy.md)."""
+def fleet_plan_by_host(host_vars, hosts=None, deployed=None):
+    """Plan each host with its own gpufleet_* variables (docs/deploy.md);
+    with `deployed` (the kept plan), deployed instances keep their identity
+    where no change forces another (docs/plan.md, "Stable identity")."""
     try:
+        if deployed is not None and not isinstance(deployed, (str, dict)):
+            raise ValueError("deployed must be the plan file's JSON text or a mapping")
+        kept = plan_artifact.load_artifact(_plain(deployed), name="<deployed>")
         if not hasattr(host_vars, "keys"):
             raise ValueError("input must be a mapping host -> variables (hostvars)")
         hosts = sorted(str(h) for h in (host_vars.keys() if hosts is None else hosts))
@@ -30,15 +36,16 @@ def fleet_plan_by_host(host_vars, hosts=None):
         if missing:
             raise ValueError("hosts not in the input: %s" % ", ".join(missing))
         settings = fleet_settings.host_settings(host_vars, hosts)
-        plans, hardware = [], {}
+        plans, hardware, all_facts = [], {}, {}
         for options, group in fleet_settings.plan_groups(settings):
             facts = dict((h, _plain(contract.facts_view(h, host_vars[h]))) for h in group)
+            all_facts.update(facts)
             hardware.update((h, plan_artifact.hardware_record(facts[h])) for h in group)
             try:
                 plans.append(placement.plan_fleet(facts, hosts=group, **options))
             except ValueError as exc:
                 raise ValueError("%s (hosts %s)" % (exc, ", ".join(group)))
-        plan = plan_artifact.combine_plans(plans)
+        plan = identity.stable_plan(plan_artifact.combine_plans(plans), kept, settings, all_facts, _plan_one)
         # What each instance serves, as its host's vllm_* variables say now:
         # kept in the plan, so the gateway routes a host's instances by model
         # even in a run that does not reach it.
@@ -50,6 +57,11 @@ def fleet_plan_by_host(host_vars, hosts=None):
         return dict(plan, settings=settings, hardware=hardware)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan_by_host: %s" % exc)
+
+
+def _plan_one(host, facts, options):
+    """The planner stable_plan plans the rest of a host with."""
+    return placement.plan_fleet({host: facts}, hosts=[host], **options)
 
 
 def merge_plan(fresh, previous=None, replanned=None, fleet_hosts=None, previous_name="<plan>"):

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters that present a fleet plan: a text table, the gateway's backends."""
+"""Filters that present a fleet plan: a text table, the gateway's backends and servers."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ def gateway_backends(plan, addresses):
         raise AnsibleFilterError("gpufleet.numa.gateway_backends: %s" % exc)
 
 
+def gateway_servers(plan):
+    try:
+        return gateway_view.gateway_servers(plan)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.gateway_servers: %s" % exc)
+
+
 def gateway_api_keys(plan, api_keys):
     try:
         if isinstance(api_keys, dict):
@@ -38,4 +45,5 @@ def gateway_api_keys(plan, api_keys):
 class FilterModule(object):
     def filters(self):
         return {"plan_table": plan_table, "gateway_backends": gateway_backends,
+                "gateway_servers": gateway_servers,
                 "gateway_api_keys": gateway_api_keys}

@@ -3,8 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """Filters of role gpufleet.numa.vllm: what each vLLM unit of a host runs
 (vllm_units), which files are stale (vllm_stale), which instances restart
-(vllm_restarting), what each host rolls in which ordinal (vllm_rollout) and
-whether the service manager is gathered first (vllm_wants_service_mgr).
+(vllm_restarting), what each host rolls in which ordinal (vllm_rollout),
+what the host runs once the role succeeded (vllm_deployed) and whether the
+service manager is gathered first (vllm_wants_service_mgr).
 
 Thin shells around module_utils/deploy/vllm/host_state.py and rollout.py; see docs/plan.md and the role's README.
 """
@@ -45,12 +46,16 @@ def vllm_restarting(units, written):
 
 
 def _role_state(hostvars, host):
-    """What role vllm left in HOST's variables: {units, written}, or None where it did not run."""
+    """What role vllm left in HOST's variables: {units, written, install_changed}, or None where it did not run.
+    The install's result counts only where this run installs (__vllm.install): an earlier run's stays behind."""
     variables = hostvars[host] if host in hostvars else {}
     if "__vllm" not in variables or "__vllm_written" not in variables:
         return None
     written = variables["__vllm_written"]
-    return {"units": variables["__vllm"]["units"], "written": written.get("results", []) if written else []}
+    installed = variables["__vllm_installed"] if "__vllm_installed" in variables else None
+    install_changed = bool(variables["__vllm"].get("install") and installed and installed.get("changed"))
+    return {"units": variables["__vllm"]["units"], "written": written.get("results", []) if written else [],
+            "install_changed": install_changed}
 
 
 def vllm_rollout(hostvars, batch, host, check_mode=False):
@@ -71,6 +76,19 @@ def vllm_rollout(hostvars, batch, host, check_mode=False):
                                  "__vllm_written for the hosts of the batch (%s)" % exc)
 
 
+def vllm_deployed(units, written):
+    """vllm_units' result and the write loop's registered result -> {engine, instances, files} (rollout.deployed_record)."""
+    try:
+        units = _plain(units)
+        results = _plain(written).get("results", []) if written else []
+        return rollout.deployed_record(units["units"], results, units["engine"], units["variables"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_deployed: the input must be vllm_units' result and written "
+                                 "the registered result of the role's write loop (%s)" % exc)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_deployed: %s" % exc)
+
+
 def vllm_wants_service_mgr(manage_service, service_mgr=""):
     """vllm_manage_service and the service manager known so far -> whether to gather it first."""
     return rollout.wants_service_manager(_plain(manage_service), _plain(service_mgr or ""))
@@ -79,4 +97,5 @@ def vllm_wants_service_mgr(manage_service, service_mgr=""):
 class FilterModule(object):
     def filters(self):
         return {"vllm_units": vllm_units, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting,
-                "vllm_rollout": vllm_rollout, "vllm_wants_service_mgr": vllm_wants_service_mgr}
+                "vllm_rollout": vllm_rollout, "vllm_deployed": vllm_deployed,
+                "vllm_wants_service_mgr": vllm_wants_service_mgr}

@@ -31,8 +31,12 @@ description:
     sent to the target).
   - With O(capture), nothing runs on the target - the action plugin replays a recorded capture on the
     controller through the same code. With O(record=true) the result also holds C(capture).
+  - With O(plan), each planned instance's state is C(running), C(stopped), C(failed) or C(unknown), from the
+    processes holding its GPUs and its unit's systemd state; an instance whose state cannot be told is an
+    C(instance_state_unknown) warning, never counted as running.
   - Only the device selection variables of a process's environment are read (C(CUDA_VISIBLE_DEVICES),
-    C(CUDA_DEVICE_ORDER), C(NVIDIA_VISIBLE_DEVICES), C(HIP_VISIBLE_DEVICES), C(ROCR_VISIBLE_DEVICES));
+    C(CUDA_DEVICE_ORDER), C(NVIDIA_VISIBLE_DEVICES), C(HIP_VISIBLE_DEVICES), C(ROCR_VISIBLE_DEVICES)), and
+    C(GPUFLEET_ENGINE) (the engine package a unit was deployed with);
     whatever looks like a secret in its command line and process name is masked (option values named like key,
     token, secret, password or auth, C(NAME=VALUE) pairs, header values, URL userinfo, setproctitle titles;
     see C(docs/audit.md)). Neither the result nor a recorded capture holds anything else of them.
@@ -73,6 +77,22 @@ options:
         A missing binary is not an error (the processes are then unknown, an info finding).
     type: str
     default: nvidia-smi
+  units:
+    description:
+      - The planned systemd units whose state is read (one C(systemctl show
+        --property=Id,LoadState,ActiveState,SubState,MainPID,ExecMainStartTimestampMonotonic UNIT...)), each a
+        service name of C([A-Za-z0-9_.:@-]) ending in C(.service). Set by the action plugin from O(plan) and
+        O(unit_prefix); only where systemd is the init system (C(/run/systemd/system)) and C(systemctl) is found,
+        and only with O(root=/). Elsewhere nothing runs and C(unit_states.missing) says why.
+    type: list
+    elements: str
+    default: []
+  unit_prefix:
+    description:
+      - The vllm role's C(vllm_unit_prefix) - the unit of a planned instance is C(<unit_prefix><name>.service),
+        unless the kept plan's C(deployed.unit) names it. Applied by the action plugin.
+    type: str
+    default: gpufleet-
   memory_threshold:
     description:
       - Percentage of a process's resident memory on NUMA nodes other than its GPUs' at which that is a
@@ -221,7 +241,7 @@ findings:
         What was found - gpus_span_sockets, gpus_span_nodes, process_locality, cuda_device_order,
         cuda_visible_mismatch, gpu_not_in_topology, gpu_node_unknown, process_unreadable, processes_unknown,
         gpu_missing, gpu_added, numa_layout_changed, instance_not_running, instance_misplaced,
-        unplanned_process, replan_differs, replan_failed (docs/audit.md).
+        instance_state_unknown, engine_drift, unplanned_process, replan_differs, replan_failed (docs/audit.md).
       type: str
       sample: process_locality
     subject:
@@ -341,14 +361,40 @@ instances:
       type: str
       sample: "48-95,144-191"
     state:
-      description: running, not running, elsewhere, gpu missing or layout changed.
+      description: >-
+        running (a process group holds exactly its GPUs, or without a GPU process source its unit is active
+        with a main PID), stopped (its unit is inactive, or nothing holds its GPUs), failed (its unit failed,
+        or waits to restart after a failure) or unknown (docs/audit.md).
       type: str
       sample: running
+    problem:
+      description: Where it is not as planned - gpu missing, layout changed, elsewhere; null when it is.
+      type: str
+      sample: null
+    unit:
+      description: Its systemd unit.
+      type: str
+      sample: gpufleet-vllm-1.service
+    unit_state:
+      description: The unit's C(ActiveState (SubState)), C(not-found), or null when not read.
+      type: str
+      sample: active (running)
+    engine:
+      description: The C(GPUFLEET_ENGINE) of the processes running it; null when not seen.
+      type: str
+      sample: vllm==0.11.0
     pids:
       description: Pids of the group running it.
       type: list
       elements: int
       sample: [4242, 4301]
+unit_states:
+  description: The planned units' systemd state as the module read it - C(source) (systemd or null), C(units)
+    (unit name -> C(id), C(load_state), C(active_state), C(sub_state), C(main_pid), C(started_monotonic_us)) and
+    C(missing) (why nothing was read; null when it was). A replayed capture holds none.
+  returned: always
+  type: dict
+  sample: {source: null, units: {}, missing: "systemd is not the init system here (no /run/systemd/system)"}
 today_plan:
   description: With O(plan), the host planned again from today's facts with the deployed options (the
     socket_local_groups result, docs/plan.md); null without a plan or when planning failed. Computed on the
@@ -391,6 +437,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.nvml import import_pynvml
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import gather as audit_gather
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import units as unit_reader
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import C_LOCALE, module_which
 
 # The findings code runs on the controller: the severities are spelled out
@@ -405,6 +453,8 @@ ARGUMENT_SPEC = dict(
     plan=dict(type="path"),
     nvml=dict(type="bool", default=True),
     nvidia_smi=dict(type="str", default="nvidia-smi"),
+    units=dict(type="list", elements="str", default=[]),
+    unit_prefix=dict(type="str", default="gpufleet-"),
     memory_threshold=dict(type="int", default=DEFAULT_MEMORY_THRESHOLD),
     fail_on_severity=dict(type="str", default="none", choices=["none"] + list(SEVERITIES)),
 )
@@ -434,12 +484,17 @@ def main():
         facts, processes, capture = audit_gather.gather_live(
             root=params["root"], runner=runner, which=which, nvidia_smi_binary=params["nvidia_smi"],
             pynvml=pynvml, use_nvml=params["nvml"], record=params["record"])
+        unit_reader.check_unit_names(params["units"])
+        unit_states = unit_reader.read_unit_states(
+            LiveReader(root=params["root"], runner=runner, which=which), params["units"], root=params["root"])
     except ValueError as exc:
         module.fail_json(msg="numa_audit: %s" % exc)
     # Not under warnings: ansible-core 2.19 makes a module's warnings its own
     # records (not text) and deprecates passing them to exit_json.
     result = dict(changed=False, topology=facts, process_source=processes.get("source"),
-                  processes=processes.get("processes") or [], process_warnings=list(processes.get("warnings") or []))
+                  processes=processes.get("processes") or [],
+                  process_warnings=list(processes.get("warnings") or []) + unit_states.pop("warnings"),
+                  unit_states=unit_states)
     if capture is not None:
         result["capture"] = capture
     module.exit_json(**result)

@@ -22,7 +22,7 @@ the rest is dropped. One checker for every such result:
   host still renders.
 
 A spec is one of: a type name ("str", "text", "int", "signed", "bool",
-"cpulist", "argv", "severity", "source", "capture", "any"), that name with
+"cpulist", "argv", "severity", "source", "unit_source", "capture", "any"), that name with
 "?" (null allowed), ("list", item, max items), ("map", value, max
 entries[, "node"]) with string keys (node ids: digits), or ("dict",
 {key: spec}, required keys); a container kind with "?" allows null. Dicts
@@ -67,6 +67,9 @@ PROCESS = ("dict", {
     "memory_kb": ("map?", "int", MAX_ITEMS, "node"), "memory_policies": ("map?", "int", MAX_ITEMS), "memory_policy": "str?",
     "environment": ("map?", "str", 16),
 }, ("pid", "gpus"))
+_UNIT_STATE = ("dict", {"id": "str", "load_state": "str?", "active_state": "str?", "sub_state": "str?", "main_pid": "int?",
+                        "started_monotonic_us": "int?"}, ("id",))
+UNIT_STATES = ("dict?", {"source": "unit_source?", "units": ("map", _UNIT_STATE, 256), "missing": "str?"}, ())
 _FINDING = ("dict", {
     "host": "str", "severity": "severity", "code": "str", "subject": "str", "message": "str", "fix": "str",
     "pids": ("list", "int", MAX_ITEMS), "gpus": ("list", "str", MAX_ITEMS), "instance": "str?",
@@ -80,13 +83,14 @@ _GROUP = ("dict", {
 }, ("key", "name", "leader", "pids"))
 _INSTANCE = ("dict", {
     "name": "str", "gpus": ("list", "str", MAX_ITEMS), "numa_nodes": ("list", "int", MAX_ITEMS), "cpus": "str?",
-    "state": "str?", "pids": ("list", "int", MAX_ITEMS),
+    "state": "str?", "problem": "str?", "unit": "str?", "unit_state": "str?", "engine": "str?",
+    "pids": ("list", "int", MAX_ITEMS),
 }, ("name",))
 HOST_RESULT = ("dict", {
     "host": "str", "topology": ("dict?", _TOPOLOGY_FIELDS, ()), "findings": ("list", _FINDING, MAX_ITEMS),
     "groups": ("list", _GROUP, MAX_ITEMS), "instances": ("list", _INSTANCE, MAX_ITEMS),
     "counts": ("map", "int", 8), "worst": "severity?", "process_source": "source?",
-    "warnings": ("list", "str", MAX_ITEMS), "processes": ("list", PROCESS, MAX_ITEMS),
+    "warnings": ("list", "str", MAX_ITEMS), "processes": ("list", PROCESS, MAX_ITEMS), "unit_states": UNIT_STATES,
     "today_plan": "any", "summary": ("list", "any", MAX_ITEMS), "capture": "any",
     "plan_file": "str?", "capture_file": "str?", "changed": "bool", "failed": "bool", "msg": "str?",
 }, ("host", "findings"))
@@ -118,7 +122,7 @@ NUMA_FACTS_FACTS = {"numa_topology": ("map", "any", MAX_ITEMS)}
 # controller's: module_utils/audit/result.py).
 NUMA_AUDIT_FIELDS = {
     "topology": TOPOLOGY, "process_source": "source?", "processes": ("list", PROCESS, MAX_ITEMS),
-    "process_warnings": ("list", "str", MAX_ITEMS), "capture": "capture",
+    "process_warnings": ("list", "str", MAX_ITEMS), "capture": "capture", "unit_states": UNIT_STATES,
     "warnings": GENERIC_FIELDS["warnings"],  # Ansible's own; checked, not kept as the audit's
 }
 NUMA_AUDIT_REQUIRED = ("topology",)
@@ -179,6 +183,10 @@ def _scalar(path, kind, value):
     if kind == "source":
         if value not in ("nvml", "nvidia-smi"):
             _fail(path, "must be nvml, nvidia-smi or null", value)
+        return value
+    if kind == "unit_source":
+        if value != "systemd":
+            _fail(path, "must be systemd or null", value)
         return value
     if kind == "capture":
         try:
@@ -321,7 +329,7 @@ def audit_module_result(module, host):
     except ShapeError as exc:
         raise ValueError("host %s: numa_audit %s" % (host, exc))
     processes = {"source": kept.get("process_source"), "processes": kept.get("processes") or [],
-                 "warnings": kept.get("process_warnings") or []}
+                 "warnings": kept.get("process_warnings") or [], "unit_states": kept.get("unit_states")}
     return kept["topology"], processes, kept.get("capture")
 
 

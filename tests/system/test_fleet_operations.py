@@ -97,8 +97,10 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     # run only: the kept a6000 keeps the model its plan recorded.
     out = deploy(fleet, "-l", "demo-h100-nvswitch,demo-gateway", "-e", "gpufleet_tp_size=2",
                  "-e", "vllm_served_model_name=llama-3.1-70b")
-    assert "re-planned: demo-h100-nvswitch" in out
-    assert "kept from %s: demo-a6000-nvlink, demo-rtx4090-pcie" % (fleet["staging"] / "gpufleet-plan.json") in out
+    assert "planned again: demo-h100-nvswitch" in out
+    assert "kept as recorded in %s: demo-a6000-nvlink, demo-rtx4090-pcie" % (
+        fleet["staging"] / "gpufleet-plan.json") in out
+    assert "kept: demo-a6000-nvlink: not in this run (--limit)" in out
     after = backends(fleet)
     assert len(after) == 10
     assert [b for b in after if "h100" not in b] == [b for b in full if "h100" not in b]
@@ -116,14 +118,15 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     # Every tag runs on its own.
     for tag in ("facts", "plan", "vllm", "gateway"):
         deploy(fleet, "--tags", tag)
-    assert len(backends(fleet)) == 8  # --tags plan re-planned every server with its own tp
+    # --tags plan proposes (the h100 at tp 4 again) but deploys and records nothing
+    assert len(backends(fleet)) == 10
 
     # An unreachable server: the others deploy, it is listed at the end, and
     # the gateway keeps every reachable server's instances.
     out = deploy(fleet, hosts_file="with-dead.yml", rc=4)
-    assert re.search(r"Not deployed in this run .*: dead-host", out)
+    assert "failed: dead-host: not deployed (its errors are above); it keeps no instances" in out
     assert "never planned (no instances yet): dead-host" in out
-    assert len(backends(fleet)) == 8
+    assert len(backends(fleet)) == 8  # every reachable server at its own tp again
 
     # A bad per-host value fails before anything changes, naming host and variable.
     before = (fleet["staging"] / "gpufleet-plan.json").read_text()

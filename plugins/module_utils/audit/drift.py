@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import instance_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import comma_list, finding, group_subject, node_phrase
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
@@ -84,24 +85,32 @@ def _plan_signature(group):
             group.get("cpus"), group.get("memory_policy"))
 
 
-def check_plan(view, deployed, groups, process_source):
+def check_plan(view, deployed, groups, processes, unit_prefix=instance_state.DEFAULT_UNIT_PREFIX):
     """Drift between the deployed plan and today: GPUs gone or added, NUMA
-    layout changed, instances not running where planned, and what a
-    redeploy would change. Returns (findings, instances state, today's plan)."""
+    layout changed, each instance's state (instance_state.py) and engine,
+    and what a redeploy would change. processes: the process reader's
+    {source, processes, unit_states}. Returns (findings, instances state,
+    today's plan)."""
     host = view.host
     instances, options, unused = deployed_for_host(deployed, host)
     findings = []
     states = []
     planned = set()
-    by_gpus = {}
+    seen = {"source": processes.get("source"), "units": processes.get("unit_states") or {}, "prefix": unit_prefix,
+            "by_gpus": {}, "engines": {}}
     for group in groups:
         for bus in group["gpus"]:
-            by_gpus[bus] = group
+            seen["by_gpus"][bus] = group
+    for proc in processes.get("processes") or []:
+        engine = (proc.get("environment") or {}).get(instance_state.ENGINE_KEY)
+        if engine:
+            seen["engines"][proc["pid"]] = engine
     for inst in instances:
         planned.update(_instance_gpus(inst))
-        inst_findings, state = _check_instance(view, inst, by_gpus, process_source)
+        inst_findings, state = _check_instance(view, inst, seen)
         findings.extend(inst_findings)
         states.append(state)
+    process_source = seen["source"]
     if process_source is not None:
         for group in groups:
             if group["instance"] is None and instances:
@@ -133,24 +142,28 @@ def check_plan(view, deployed, groups, process_source):
     return findings, states, today
 
 
-def _check_instance(view, inst, by_gpus, process_source):
+def _check_instance(view, inst, seen):
     """(findings, state) of one planned instance: its GPUs still here and on
-    its nodes, and (with a process source) running on exactly its GPUs.
-    by_gpus: bus id -> the process group holding that GPU; the group that
-    runs the instance gets its name."""
+    its nodes, its state (docs/audit.md, "Instance state") and its engine.
+    seen: the process source, the unit states, the unit prefix, by_gpus
+    (bus id -> the process group holding that GPU; the group that runs the
+    instance gets its name) and engines (pid -> GPUFLEET_ENGINE)."""
     host = view.host
     name = inst.get("name") or "instance"
     keys = _instance_gpus(inst)
+    unit = instance_state.instance_unit(inst, seen["prefix"])
+    unit_said, unit_text = instance_state.unit_kind((seen["units"].get("units") or {}).get(unit))
     findings = []
     state = {"name": name, "gpus": keys, "numa_nodes": list(inst.get("numa_nodes") or []),
-             "cpus": inst.get("cpus"), "state": "running", "pids": []}
+             "cpus": inst.get("cpus"), "state": None, "problem": None, "unit": unit, "unit_state": unit_text,
+             "pids": [], "engine": None}
     gone = [k for k in keys if not view.gpu(k)]
     if gone:
         findings.append(finding(
             host, "critical", "gpu_missing", name,
             "instance %s is planned on GPU(s) %s, which this host no longer has" % (name, ", ".join(gone)),
             "find out why the GPU is gone (nvidia-smi, dmesg); redeploy to plan without it", gpus=gone, instance=name))
-        state["state"] = "gpu missing"
+        state["problem"] = "gpu missing"
     layout = _layout_change(view, inst)
     if layout:
         findings.append(finding(
@@ -158,35 +171,69 @@ def _check_instance(view, inst, by_gpus, process_source):
             "instance %s was planned on %s, but %s (NPS/SNC or BIOS change?)" % (
                 name, node_phrase(inst.get("numa_nodes") or []), layout),
             "redeploy: the plan and the unit's binding are computed from today's layout", gpus=keys, instance=name))
-        if state["state"] == "running":
-            state["state"] = "layout changed"
-    if process_source is None or gone:
-        return findings, state
+        state["problem"] = state["problem"] or "layout changed"
+    if seen["source"] is None or gone:
+        state["state"] = unit_said or "unknown"
+    else:
+        findings.extend(_match_processes(view, inst, seen, state, unit_said))
+    if state["state"] in ("stopped", "failed") and state["problem"] in (None, "layout changed") \
+            and not any(f["code"] == "instance_not_running" for f in findings):
+        findings.append(_not_running(view, name, keys, unit, unit_text, seen["source"]))
+    if state["state"] == "unknown":
+        findings.append(instance_state.unknown_finding(host, name, unit, instance_state.unknown_reason(
+            seen["source"], state["problem"], unit, unit_text, seen["units"].get("missing"))))
+    return findings, state
+
+
+def _not_running(view, name, keys, unit, unit_text, process_source, holders_exact=None):
+    """instance_not_running, saying what was seen: its unit's state, and
+    whether processes hold its GPUs."""
+    if holders_exact:
+        why = "its unit %s is %s, though %s holds exactly its GPUs (not started by its unit?)" % (
+            unit, unit_text, group_subject(holders_exact))
+    elif process_source is None:
+        why = "its unit %s is %s" % (unit, unit_text)
+    else:
+        why = "no process holds its GPUs" + ("; its unit %s is %s" % (unit, unit_text) if unit_text else "")
+    return finding(
+        view.host, "error", "instance_not_running", name,
+        "instance %s (planned on %s) is not running: %s" % (name, _describe(view, keys), why),
+        "look at its unit: systemctl status %s; journalctl -u %s" % (unit, unit), gpus=keys, instance=name)
+
+
+def _match_processes(view, inst, seen, state, unit_said):
+    """With a process source: the group holding exactly the instance's GPUs
+    runs it (unless its unit says it is stopped or failed); nothing on its
+    GPUs: stopped (failed when its unit says so); other holders: elsewhere."""
+    host = view.host
+    name, keys = state["name"], state["gpus"]
     holders = []
     for k in keys:
-        group = by_gpus.get(view.gpu(k).get("pci_bus_id"))
+        group = seen["by_gpus"].get(view.gpu(k).get("pci_bus_id"))
         if group is not None and group not in holders:
             holders.append(group)
     exact = [g for g in holders if set(g["gpu_ids"]) == set(view.gpu(k)["id"] for k in keys)]
+    if exact and unit_said in ("stopped", "failed"):
+        state["state"] = unit_said
+        return [_not_running(view, name, keys, state["unit"], state["unit_state"], seen["source"], exact[0])]
     if exact:
         exact[0]["instance"] = name
+        state["state"] = "running"
         state["pids"] = exact[0]["pids"]
-    elif not holders:
-        findings.append(finding(
-            host, "error", "instance_not_running", name,
-            "instance %s (planned on %s) is not running: no process holds its GPUs" % (name, _describe(view, keys)),
-            "look at its unit: systemctl status gpufleet-%s (the vllm role's default unit prefix); "
-            "journalctl -u gpufleet-%s" % (name, name), gpus=keys, instance=name))
-        state["state"] = "not running"
-    else:
-        other = "; ".join("%s holds %s" % (group_subject(g), _describe(view, g["gpus"])) for g in holders)
-        findings.append(finding(
-            host, "error", "instance_misplaced", name,
-            "instance %s is planned on %s, but %s" % (name, _describe(view, keys), other),
-            "stop what runs on the instance's GPUs and restart the instance's unit",
-            [p for g in holders for p in g["pids"]], keys, name))
-        state["state"] = "elsewhere"
-    return findings, state
+        engines = sorted(set(seen["engines"][p] for p in exact[0]["pids"] if p in seen["engines"]))
+        state["engine"] = engines[0] if len(engines) == 1 else (", ".join(engines) or None)
+        return instance_state.engine_drift(host, inst, name, engines)
+    if not holders:
+        state["state"] = "failed" if unit_said == "failed" else "stopped"
+        return []
+    other = "; ".join("%s holds %s" % (group_subject(g), _describe(view, g["gpus"])) for g in holders)
+    state["problem"] = "elsewhere"
+    state["state"] = unit_said or "unknown"
+    return [finding(
+        host, "error", "instance_misplaced", name,
+        "instance %s is planned on %s, but %s" % (name, _describe(view, keys), other),
+        "stop what runs on the instance's GPUs and restart the instance's unit",
+        [p for g in holders for p in g["pids"]], keys, name)]
 
 
 def _layout_change(view, inst):

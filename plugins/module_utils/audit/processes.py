@@ -47,6 +47,8 @@ ENVIRONMENT_KEYS = (
     "NVIDIA_VISIBLE_DEVICES",
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
+    # the engine package a unit was deployed with (vllm==0.11.0): engine_drift
+    "GPUFLEET_ENGINE",
 )
 _PROC_FILE = re.compile(r"^/proc/(\d+)/(environ|cmdline|status|stat)$")
 _NODE_PAGES = re.compile(r"^N(\d+)=(\d+)$")

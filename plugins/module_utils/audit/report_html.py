@@ -14,6 +14,7 @@ Pure functions; controller only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import SEVERITIES, severity_rank
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_text import instance_state_text
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_svg import LINK_STYLES, MISPLACED, PALETTE, escape, host_svg
 
 
@@ -86,12 +87,15 @@ def _findings_table(findings):
 def _instances_table(instances):
     if not instances:
         return ""
-    rows = "".join('<tr><td>%s</td><td><code>%s</code></td><td>%s</td><td><code>%s</code></td><td>%s</td><td>%s</td></tr>' % (
-        escape(i["name"]), escape(", ".join(i.get("gpus") or [])), escape(",".join(str(n) for n in i.get("numa_nodes") or [])),
-        escape(i.get("cpus")), escape(i.get("state")), escape(",".join(str(p) for p in i.get("pids") or [])))
-        for i in instances)
+    rows = "".join('<tr><td>%s</td><td><code>%s</code></td><td>%s</td><td><code>%s</code></td><td>%s</td><td><code>%s</code> %s</td>'
+                   '<td>%s</td></tr>' % (
+                       escape(i["name"]), escape(", ".join(i.get("gpus") or [])),
+                       escape(",".join(str(n) for n in i.get("numa_nodes") or [])), escape(i.get("cpus")),
+                       escape(instance_state_text(i)), escape(i.get("unit") or ""), escape(i.get("unit_state") or "not read"),
+                       escape(",".join(str(p) for p in i.get("pids") or [])))
+                   for i in instances)
     return ('<h3>Deployed plan</h3><table><thead><tr><th>instance</th><th>GPUs</th><th>NUMA nodes</th><th>CPUs</th>'
-            '<th>state</th><th>pids</th></tr></thead><tbody>%s</tbody></table>' % rows)
+            '<th>state</th><th>unit</th><th>pids</th></tr></thead><tbody>%s</tbody></table>' % rows)
 
 
 def html_report(results, title="GPU / NUMA topology audit", generated=None):

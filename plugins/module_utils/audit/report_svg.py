@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import html
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_text import instance_state_text
+
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7",
            "#86bcb6", "#d4a6c8", "#8cd17d", "#bab0ac")
 # link class -> (colour, width, dash pattern); "NV"/"XGMI" stand for NV<n>/XGMI<n>
@@ -287,7 +289,7 @@ def _svg_gpus(layout):
         if group:
             tip += "\nheld by %s (pids %s)" % (group["name"], ",".join(str(p) for p in group["pids"]))
         if inst:
-            tip += "\nplanned: %s (%s)" % (inst["name"], inst.get("state"))
+            tip += "\nplanned: %s (%s)" % (inst["name"], instance_state_text(inst))
         text_class = "gpu-text on" if group else "gpu-text"
         body.append('<g class="gpu"><rect x="%d" y="%d" width="%d" height="%d" rx="4" fill="%s" stroke="%s" stroke-width="%s"%s/>'
                     '<text x="%d" y="%d" class="%s">%s</text><text x="%d" y="%d" class="tiny %s">%s</text>'

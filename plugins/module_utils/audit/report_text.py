@@ -14,11 +14,32 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import SEVERITIES, severity_rank
 
+INSTANCE_STATES = ("running", "stopped", "failed", "unknown")  # instance_state.STATES
+
 
 def all_findings(results):
     """Every finding of every host, worst first, then by host."""
     found = [f for r in results for f in r["findings"]]
     return sorted(found, key=lambda f: (-severity_rank(f["severity"]), f["host"], f["code"], f["subject"]))
+
+
+def instance_state_text(inst):
+    """An instance's state as the reports show it: "running", or with the
+    placement problem, "unknown; elsewhere"."""
+    state = inst.get("state") if inst.get("state") in INSTANCE_STATES else "unknown"
+    return "%s; %s" % (state, inst["problem"]) if inst.get("problem") else state
+
+
+def instance_counts(instances):
+    """"; planned instances: 2 running, 1 unknown" (only the states seen; an
+    unknown one is never counted as running); "" without a plan."""
+    if not instances:
+        return ""
+    counts = {}
+    for inst in instances:
+        state = inst.get("state") if inst.get("state") in INSTANCE_STATES else "unknown"
+        counts[state] = counts.get(state, 0) + 1
+    return "; planned instances: " + ", ".join("%d %s" % (counts[s], s) for s in INSTANCE_STATES if s in counts)
 
 
 def text_table(results):
@@ -27,9 +48,10 @@ def text_table(results):
     lines = []
     for r in results:
         counts = r.get("counts") or {}
-        lines.append("%s: %s; %d GPU process(es) (%s)" % (
+        lines.append("%s: %s; %d GPU process(es) (%s)%s" % (
             r["host"], ", ".join("%d %s" % (counts.get(s, 0), s) for s in reversed(SEVERITIES)),
-            sum(len(g.get("pids") or []) for g in r.get("groups") or []), r.get("process_source") or "no process source"))
+            sum(len(g.get("pids") or []) for g in r.get("groups") or []), r.get("process_source") or "no process source",
+            instance_counts(r.get("instances"))))
     findings = all_findings(results)
     if not findings:
         lines.append("no findings")

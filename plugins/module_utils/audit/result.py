@@ -6,7 +6,9 @@ what the host's numa_audit module read (or a replayed capture):
 
 audit_host(facts, processes, host=None, deployed=None, ...) takes
 - facts: the topology facts (docs/facts.md, schema 1),
-- processes: gpu_processes.read_processes() output,
+- processes: gpu_processes.read_processes() output, with `unit_states`
+  (units.read_unit_states(): the planned units' systemd state) when the
+  module read them (a replay has none),
 - deployed: the deployed fleet plan (docs/audit.md, "Deployed plan"), or None,
 and returns plain dicts: findings (locality.py, drift.py) worst first, the
 process groups, and, with a plan, each planned instance's state and
@@ -19,13 +21,15 @@ Pure functions over plain dicts; controller only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import drift
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import instance_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_text
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary as topology_summary
 
 
-def audit_host(facts, processes, host=None, deployed=None, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD):
+def audit_host(facts, processes, host=None, deployed=None, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD,
+               unit_prefix=instance_state.DEFAULT_UNIT_PREFIX):
     """Audit one host; see the module docstring. ValueError on bad input."""
     host = host or facts.get("hostname") or "host"
     if not isinstance(memory_threshold, int) or isinstance(memory_threshold, bool) or not 0 <= memory_threshold <= 100:
@@ -44,7 +48,7 @@ def audit_host(facts, processes, host=None, deployed=None, memory_threshold=loca
     states = []
     today = None
     if deployed is not None:
-        plan_findings, states, today = drift.check_plan(view, deployed, groups, processes.get("source"))
+        plan_findings, states, today = drift.check_plan(view, deployed, groups, processes, unit_prefix)
     else:
         plan_findings = []
     instance_of = {}
@@ -79,12 +83,15 @@ def audit_host(facts, processes, host=None, deployed=None, memory_threshold=loca
         "worst": worst,
         "process_source": processes.get("source"),
         "warnings": list(processes.get("warnings") or []),
+        "unit_states": processes.get("unit_states"),
     }
 
 
-def audit_result(facts, processes, host, deployed=None, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD):
+def audit_result(facts, processes, host, deployed=None, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD,
+                 unit_prefix=instance_state.DEFAULT_UNIT_PREFIX):
     """The task's result dict (without changed/capture); ValueError on bad input."""
-    result = audit_host(facts, processes, host=host, deployed=deployed, memory_threshold=memory_threshold)
+    result = audit_host(facts, processes, host=host, deployed=deployed, memory_threshold=memory_threshold,
+                        unit_prefix=unit_prefix)
     result["topology"] = facts
     result["processes"] = (processes or {}).get("processes") or []
     result["summary"] = topology_summary(facts) + report_text.text_table([result])

@@ -83,9 +83,7 @@ def _plan_fleet(hosts, opts):
             check_ports(opts, count, host)
             checked.add(count)
         while len(slots) < count:
-            ordinal = len(slots)
-            dist = opts["dist_port_base"] + ordinal * opts["dist_port_stride"]
-            slots.append(Slot("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist))
+            slots.append(slot_of(opts, len(slots)))
         return FleetSlots(opts["tp_size"], opts["pp_size"], slots, opts["dist_port_stride"] - 1)
 
     if opts["nodes_per_instance"] > 1:
@@ -109,6 +107,13 @@ def _plan_fleet(hosts, opts):
 
 
 _gpus_of = operator.itemgetter("gpus")
+
+
+def slot_of(opts, ordinal):
+    """The Slot (name, API port, VLLM_PORT base) of the instance of this per-host ordinal:
+    the one place a name or port follows from an ordinal (plan/identity.py reuses it)."""
+    dist = opts["dist_port_base"] + ordinal * opts["dist_port_stride"]
+    return Slot("%s%d" % (opts["name_prefix"], ordinal), opts["base_port"] + ordinal * opts["port_stride"], dist)
 
 
 def check_ports(opts, count, host):

@@ -152,7 +152,12 @@ def _typed(host, options):
     return out
 
 
-def _host_of_warning(warning):
+def typed_options(host, options):
+    """Options typed as the kept plan records them (hosts.HOST.options)."""
+    return _typed(host, options)
+
+
+def host_of_warning(warning):
     # fleet_plan prefixes each warning with "HOST: ".
     return str(warning).split(": ", 1)[0]
 
@@ -216,14 +221,14 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
                        key=lambda i: (i["host"], i.get("ordinal", 0)))
     unused = sorted(keep(previous["unused"]) + reformed.unused + list(fresh["unused"]),
                     key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1))
-    warnings = ([w for w in previous["warnings"] if _host_of_warning(w) in kept] + list(fresh["warnings"])
+    warnings = ([w for w in previous["warnings"] if host_of_warning(w) in kept] + list(fresh["warnings"])
                 + reformed.warnings)
     plan = {
         "artifact_version": ARTIFACT_VERSION,
         "hosts": dict((h, hosts[h]) for h in sorted(hosts)),
         "instances": instances,
         "unused": unused,
-        "warnings": sorted(warnings, key=_host_of_warning),
+        "warnings": sorted(warnings, key=host_of_warning),
         "totals": contract.plan_totals(len(gpus), sum(gpus.values()), instances),
     }
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
@@ -277,7 +282,7 @@ def combine_plans(plans):
     return {
         "instances": sorted(instances, key=lambda i: (i["host"], i.get("ordinal", 0))),
         "unused": sorted(unused, key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1)),
-        "warnings": sorted(warnings, key=_host_of_warning),
+        "warnings": sorted(warnings, key=host_of_warning),
         "totals": totals,
     }
 

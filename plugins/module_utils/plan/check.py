@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import run_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway.settings import INVENTORY_HOST, INVENTORY_HOST_RULE
@@ -156,7 +157,7 @@ def _check_counts(instances, hosts):
 
 
 def _check_host_entry(host, entry):
-    """hosts[HOST]: {gpus, options?, hardware?}; returns the hardware record or None."""
+    """hosts[HOST]: {gpus, options?, files?, hardware?}; returns the hardware record or None."""
     where = "hosts.%s" % vc.show(host)
     _host("hosts key", host)
     entry = _mapping(where, entry)
@@ -164,6 +165,8 @@ def _check_host_entry(host, entry):
     if "options" in entry:
         for option, value in sorted(_mapping(where + ".options", entry["options"]).items(), key=str):
             fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, vc.show(option)))
+    if "files" in entry:
+        run_record.check_files(where + ".files", entry["files"])
     # Plans written before the record have no "hardware" key; a null one is
     # damage (it would switch the hardware checks off), refused below.
     if "hardware" not in entry:
@@ -229,6 +232,8 @@ def _check_instance(where, entry, hosts):
         contract.check_served_name(where + ".served_model_name", entry["served_model_name"])
     for field in ("reason", "worst_link", "memory_policy"):
         _short_text("%s.%s" % (where, field), entry.get(field), allow_none=True)
+    if "deployed" in entry:
+        run_record.check_run(where + ".deployed", entry["deployed"])
     return {"where": where, "host": host, "name": name, "tp_size": tp_size, "pp_size": pp_size, "ports": ports,
             "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode,
             "serves": (entry.get("model"), entry.get("served_model_name"))}

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -889,22 +890,28 @@ def _tasks(path):
 def test_deploy_playbook_computes_gateway_backends_once_per_run():
     """gateway_backends is computed on the controller once (run_once, kept as
     a fact of localhost), never in role variables, which Ansible renders
-    again for every host of the play."""
-    playbook = REPO / "playbooks" / "deploy_inference.yml"
+    again for every host of the play: once from the proposal (the check
+    before anything changes), once from the record (what the gateway routes)."""
     computed = []
-    for play, task in _tasks(playbook):
-        text = json.dumps(task)
-        if "gpufleet.numa.gateway_backends" not in text:
-            continue
-        computed.append(task["name"])
-        assert task.get("run_once") is True, task["name"]
-        assert task.get("delegate_to") == "localhost" and task.get("delegate_facts") is True, task["name"]
-        assert list(task["ansible.builtin.set_fact"]) == ["gpufleet_gateway_backends"], task["name"]
-    assert len(computed) == 3  # the plan step, and each later play's pre_tasks when the run planned nothing
-    assert all("not defined" in task.get("when", "") for play, task in _tasks(playbook)
-               if task.get("name", "").startswith("Compute the gateway's backends once for the run (this run"))
-    roles = dict((task["role"], task["vars"]) for play, task in _tasks(playbook) if "role" in task)
-    assert roles["gpufleet.numa.vllm"]["vllm_gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
-    assert roles["gpufleet.numa.gateway"]["gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
+    for playbook in (REPO / "playbooks" / "deploy_inference.yml", REPO / "playbooks" / "tasks" / "gateway_backends.yml",
+                     REPO / "playbooks" / "decommission.yml"):
+        tasks = list(_tasks(playbook)) if playbook.parent.name == "playbooks" else [
+            (None, task) for task in yaml.safe_load(playbook.read_text())]
+        for play, task in tasks:
+            text = json.dumps(task)
+            if "gpufleet.numa.gateway_backends" not in text:
+                continue
+            computed.append(task["name"])
+            assert task.get("run_once") is True, task["name"]
+            assert task.get("delegate_to") == "localhost" and task.get("delegate_facts") is True, task["name"]
+            assert list(task["ansible.builtin.set_fact"]) in (
+                ["__gpufleet_run_proposed_backends"], ["__gpufleet_run_gateway_backends"]), task["name"]
+    assert computed == ["Check that the gateway can route the proposal", "Compute the gateway's backends from the record"]
+    for playbook in ("deploy_inference.yml", "decommission.yml"):
+        roles = dict((task["role"], task["vars"]) for play, task in _tasks(REPO / "playbooks" / playbook) if "role" in task)
+        assert roles["gpufleet.numa.gateway"]["gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
+    roles = dict((task["role"], task["vars"]) for play, task in _tasks(REPO / "playbooks" / "deploy_inference.yml")
+                 if "role" in task)
+    assert roles["gpufleet.numa.vllm"]["vllm_gateway_backends"] == "{{ __gpufleet_drain_servers }}"
     for path in list((REPO / "roles").rglob("*.yml")) + list((REPO / "roles").rglob("*.j2")):
         assert "gpufleet.numa.gateway_backends(" not in path.read_text(), path

@@ -23,6 +23,7 @@ tests/unit/plugins/module_utils/deploy/vllm/test_vllm_*.py.
 
 import getpass
 import grp
+import hashlib
 import json
 import os
 import pathlib
@@ -55,8 +56,9 @@ RUN_USER = getpass.getuser()
 RUN_GROUP = grp.getgrgid(os.getgid()).gr_name
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 # A no-change rerun of the role on a host that neither installs nor starts
-# anything runs at most this many tasks (loops and includes count once).
-RERUN_TASK_LIMIT = 9
+# anything runs at most this many tasks (loops and includes count once;
+# the last one records what the host runs, vllm_deployed).
+RERUN_TASK_LIMIT = 10
 # systemd-analyze security --offline=yes, as User=vllm (systemd 252).
 EXPOSURE_DEFAULT = 2.0
 EXPOSURE_STRICT = 1.4
@@ -509,6 +511,65 @@ def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
     # The changed model shows in the used host's diff; the secret does not.
     assert re.search(r"^\+.*serve other/model", output, re.M), output
     assert "sk-checkSECRET" not in output
+
+
+REPORT_PLAYBOOK = """\
+- name: vLLM role, then what it recorded and what its rollout would restart
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.numa.vllm
+  tasks:
+    - name: Keep the record and the instances that restart
+      ansible.builtin.copy:
+        content: >-
+          {{ {'deployed': vllm_deployed,
+              'restart': (hostvars | gpufleet.numa.vllm_rollout(ansible_play_batch, inventory_hostname)).steps
+                         | select | selectattr('restart') | map(attribute='name') | list} | to_json }}
+        dest: "{{ report_out }}"
+        mode: "0644"
+"""
+
+
+def test_vllm_version_bump_rewrites_every_unit_and_restarts_every_instance(tmp_path):
+    instances = plan_instances("h100_tp4")
+    units = unit_dir(tmp_path)
+
+    def run(version):
+        variables = dict(staging_vars(tmp_path), vllm_instances=instances, vllm_version=version,
+                         report_out=str(tmp_path / "report.json"))
+        rc, output, dummy = run_hosts(tmp_path, {"host": variables}, playbook=REPORT_PLAYBOOK)
+        assert rc == 0, output
+        rewritten = re.findall(r"^changed: \[host\] => \(item=(gpufleet-\S+\.service)\)$", output, re.M)
+        return sorted(rewritten), json.loads((tmp_path / "report.json").read_text())
+
+    names = ["gpufleet-%s.service" % i["name"] for i in instances]
+    rewritten, first = run("0.10.2")
+    assert rewritten == names and first["restart"] == [i["name"] for i in instances]
+    # Unchanged: nothing rewritten, nothing restarts, the same record.
+    rewritten, again = run("0.10.2")
+    assert (rewritten, again["restart"], again["deployed"]) == ([], [], first["deployed"])
+    rewritten, bumped = run("0.11.0")
+    assert rewritten == names and bumped["restart"] == [i["name"] for i in instances]
+    deployed = bumped["deployed"]
+    assert deployed["engine"] == "vllm==0.11.0"
+    assert sorted(deployed["instances"]) == [i["name"] for i in instances]
+    for name, entry in deployed["instances"].items():
+        text = (units / entry["unit"]).read_bytes()
+        assert b"\nEnvironment=GPUFLEET_ENGINE=vllm==0.11.0\n" in text
+        assert entry == {"unit": "gpufleet-%s.service" % name, "engine": "vllm==0.11.0",
+                         "unit_sha1": hashlib.sha1(text).hexdigest()}
+        assert entry["unit_sha1"] != first["deployed"]["instances"][name]["unit_sha1"]
+    # A host with no instance records none.
+    rc, output, dummy = run_hosts(tmp_path, {"host": dict(staging_vars(tmp_path), vllm_instances=[],
+                                                          report_out=str(tmp_path / "report.json"))},
+                                  playbook=REPORT_PLAYBOOK)
+    assert rc == 0, output
+    empty = json.loads((tmp_path / "report.json").read_text())
+    staged = staging_vars(tmp_path)
+    assert empty == {"deployed": {"engine": "vllm==0.33.0", "instances": {}, "files": {
+        "unit_dir": staged["vllm_unit_dir"], "config_dir": staged["vllm_config_dir"], "unit_prefix": "gpufleet-"}},
+        "restart": []}
 
 
 def test_vllm_shrinking_plan_removes_only_stale_managed_files(tmp_path):

@@ -56,11 +56,27 @@ def gateway_backends(plan, addresses):
     different models under one served name are an error naming both.
     Of a multi-node instance only the head is a backend.
     """
-    entries = contract.instances(plan, "gateway_backends")
     if not isinstance(addresses, dict):
         raise ValueError("gateway_backends: addresses must be a mapping of inventory host -> address (got %s)"
                          % value_checks.show(addresses))
     backends = []
+    for host, instance, entry in _servers(plan, "gateway_backends"):
+        address = _address(host, addresses)
+        backends.append(dict(entry, address=address, port=gateway_settings.port(
+            "host %s instance %s port" % (host, instance.get("name")), instance.get("port"))))
+    return [dict((k, b[k]) for k in ("name", "host", "address", "port", "model", "backend")) for b in backends]
+
+
+def gateway_servers(plan):
+    """The gateway's servers of a plan, named as gateway_backends names them
+    ({name, host, model, backend}), without their addresses: what a drain
+    before a stop needs, also for a host the inventory no longer has."""
+    return [entry for _host, _instance, entry in _servers(plan, "gateway_servers")]
+
+
+def _servers(plan, what):
+    """(host, instance, {name, host, model, backend}) of every head instance, in plan order."""
+    entries = contract.instances(plan, what)
     served = {}  # served name -> Served
     taken = {}  # served name -> backend name
     for index, instance in enumerate(entries):
@@ -70,7 +86,6 @@ def gateway_backends(plan, addresses):
             continue
         host = value_checks.text("plan instance %d host" % index, instance.get("host"),
                                  gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
-        address = _address(host, addresses)
         name = _served_name(host, instance)
         model = instance.get("model") or name
         first = served.setdefault(name, Served(model, host))
@@ -81,16 +96,13 @@ def gateway_backends(plan, addresses):
                     first.host, host, name, value_checks.show(first.model), value_checks.show(model)))
         if name not in taken:
             taken[name] = gateway_settings.backend_name(name, set(taken.values()))
-        backends.append({
+        yield host, instance, {
             "name": value_checks.text("host %s instance name" % host, contract.server_name(host, instance.get("name")),
                                       gateway_settings.SERVER_NAME, gateway_settings.SERVER_NAME_RULE),
             "host": host,
-            "address": address,
-            "port": gateway_settings.port("host %s instance %s port" % (host, instance.get("name")), instance.get("port")),
             "model": name,
             "backend": taken[name],
-        })
-    return backends
+        }
 
 
 def gateway_api_keys(plan, api_keys):

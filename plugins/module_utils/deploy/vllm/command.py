@@ -30,6 +30,11 @@ CHECKER = "gpufleet-verify-unit"
 
 
 WAIT_READY = "gpufleet-wait-ready"
+# The Python package the role installs into vllm_venv (one name for now).
+ENGINE_PACKAGE = "vllm"
+# The unit's record of the engine it runs: a new engine version changes
+# every unit, so the rollout restarts every instance once.
+ENGINE_ENVIRONMENT = "GPUFLEET_ENGINE"
 
 # What runs before and after a unit starts ([prefix, argv] each) and the /health it waits for.
 Readiness = namedtuple("Readiness", "exec_start_pre exec_start_post health_url")
@@ -45,6 +50,12 @@ def unique(values):
 
 def join_values(values):
     return ",".join(str(v) for v in values)
+
+
+def engine_label(v):
+    """The engine the units run, as pip names it: vllm==<vllm_version>
+    (what the install task installs and every unit's GPUFLEET_ENGINE)."""
+    return "%s==%s" % (ENGINE_PACKAGE, v["vllm_version"])
 
 
 def health_url(host, port):
@@ -170,6 +181,7 @@ def _environment(inst, v):
         ["VLLM_CACHE_ROOT", v["vllm_cache_dir"] + "/vllm"],
         ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
         ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
+        [ENGINE_ENVIRONMENT, engine_label(v)],
     ] + worker_environment + socket_environment + offline_environment(v) + [
         [k, val] for k, val in sorted(v["vllm_environment"].items())]
 

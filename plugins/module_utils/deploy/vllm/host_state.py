@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import shlex
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import CHECKER, WAIT_READY, instance_unit, unique
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import (
+    CHECKER, WAIT_READY, engine_label, instance_unit, unique)
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import stale_candidates
@@ -122,7 +123,8 @@ def host_units(instances, variables):
      drain (gateway servers), installed], files (template items in write
      order), directories, checker, helpers (programs installed into
      vllm_libexec_dir), writes (the directories not as planned, helpers and
-     files in the order the role writes them), stale_candidates, install, download,
+     files in the order the role writes them), stale_candidates, install,
+     engine (what the install installs and every unit records), download,
      manage_service, variables (checked)}.
     """
     v = check_variables(dict(variables, vllm_instances=instances))
@@ -157,6 +159,7 @@ def host_units(instances, variables):
         "stale_candidates": stale_candidates(existing, files, (v["vllm_unit_dir"], v["vllm_config_dir"]),
                                              v["vllm_unit_prefix"]),
         "install": install,
+        "engine": engine_label(v),
         "download": download,
         "manage_service": v["manage_service"],
         "variables": v,

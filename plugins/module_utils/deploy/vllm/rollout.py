@@ -6,10 +6,12 @@ which files it wrote before and no longer plans (stale_candidates,
 stale_files), which directories and files it writes (write_needed, called
 by the vllm_file action with the content's sha1), whether it gathers the
 service manager first (wants_service_manager), which instances restart
-because their files changed (restarting_instances) and what each host rolls
-in which ordinal (host_rollout). The role's tasks call these through the
-vllm_units, vllm_stale, vllm_rollout and vllm_wants_service_mgr filters and
-the vllm_file action. Pure functions, standard library only.
+because their files changed or the engine was installed anew
+(restarting_instances), what each host rolls in which ordinal
+(host_rollout) and what the host runs once the role succeeded
+(deployed_record). The role's tasks call these through the vllm_units,
+vllm_stale, vllm_rollout, vllm_deployed and vllm_wants_service_mgr filters
+and the vllm_file action. Pure functions, standard library only.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ def stale_files(found, planned):
     return sorted(set(entry["path"] for entry in found if entry["path"] not in planned_paths))
 
 
-def restarting_instances(units, written):
+def restarting_instances(units, written, install_changed=False):
     """Names of the instances that restart: every one when the secrets
-    changed (all units read secrets.env), else those whose unit or option
-    file changed (written: the template task's loop results, each with its
-    __vllm_file item)."""
+    changed (all units read secrets.env) or the install task changed the
+    engine in their virtualenv (install_changed: a new venv, a reinstall;
+    the units run the old code until they restart), else those whose unit
+    or option file changed (written: the template task's loop results, each
+    with its __vllm_file item)."""
     changed = [result["__vllm_file"] for result in written if result.get("changed")]
-    if any(entry.get("secret") for entry in changed):
+    if install_changed or any(entry.get("secret") for entry in changed):
         return [unit["name"] for unit in units]
     names = []
     for entry in changed:
@@ -77,16 +81,19 @@ def host_rollout(host, states, batch, check_mode=False):
     """What service.yml rolls on HOST: {ordinals, steps}.
 
     states: host -> {units (vllm_units' units), written (the write loop's
-    results)} for the hosts that ran the role; batch: the play batch, whose
+    results), install_changed (the install task changed the venv; optional)}
+    for the hosts that ran the role; batch: the play batch, whose
     hosts roll at once. ordinals is the most units any host of the batch has
     (every host loops over the same ordinals, so Ansible runs each step on
     all of them together); steps[i] is this host's i-th unit with `restart`
     (its files changed here, or on any host of its multi-node instance) or
     None where the host sits out: it has fewer units, or check mode wrote no
     unit that systemd could pretend to start (`installed`: the unit file was
-    on the host before this run)."""
-    restarting = dict((name, restarting_instances(state["units"], state["written"]))
-                      for name, state in states.items())
+    on the host before this run). In check mode the install changed nothing
+    (pip only says it would), so it restarts nothing."""
+    restarting = dict((name, restarting_instances(
+        state["units"], state["written"], bool(state.get("install_changed")) and not check_mode))
+        for name, state in states.items())
     ordinals = max([len(states[name]["units"]) for name in batch if name in states] or [0])
     steps = []
     for unit in states[host]["units"] if host in states else []:
@@ -94,3 +101,30 @@ def host_rollout(host, states, batch, check_mode=False):
         restart = any(unit["name"] in restarting.get(name, []) for name in hosts)
         steps.append(None if check_mode and not unit.get("installed") else dict(unit, restart=restart))
     return {"ordinals": ordinals, "steps": steps + [None] * (ordinals - len(steps))}
+
+
+def deployed_record(units, written, engine, variables=None):
+    """What the host runs once the role succeeded on it (the vllm_deployed
+    fact): {engine, instances: {name: {unit, unit_sha1, engine}}, files}.
+    files (with variables, the role's checked variables): where the units
+    and option files are, so the host can be taken down from the record.
+
+    units: vllm_units' units; written: the write loop's results, whose unit
+    items carry content_sha1 (the sha1 of the unit file's content as the
+    vllm_file action wrote it or found it already there); engine: vllm_units'
+    engine. A unit the loop did not report is an error, never a guess."""
+    sha1_by_path = {}
+    for result in written:
+        entry = result.get("__vllm_file") or {}
+        if entry.get("verify") and result.get("content_sha1"):
+            sha1_by_path[entry["path"]] = result["content_sha1"]
+    instances = {}
+    for unit in units:
+        if unit["path"] not in sha1_by_path:
+            raise ValueError("written: must hold the content_sha1 of every unit (got none for %s)" % unit["unit"])
+        instances[unit["name"]] = {"unit": unit["unit"], "unit_sha1": sha1_by_path[unit["path"]], "engine": engine}
+    out = {"engine": engine, "instances": instances}
+    if variables is not None:
+        out["files"] = {"unit_dir": variables["vllm_unit_dir"], "config_dir": variables["vllm_config_dir"],
+                        "unit_prefix": variables["vllm_unit_prefix"]}
+    return out

@@ -34,7 +34,7 @@ SOCKET_IFNAME_ENVIRONMENT = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
 RESERVED_ENVIRONMENT = (
-    "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "TRITON_CACHE_DIR",
+    "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "GPUFLEET_ENGINE", "HF_HOME", "HF_TOKEN", "TRITON_CACHE_DIR",
     "VLLM_API_KEY", "VLLM_CACHE_ROOT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_PORT", "XDG_CACHE_HOME",
 )
 # [Service] settings the unit writes itself; vllm_hardening must not repeat them.
@@ -70,7 +70,8 @@ STRICT_HARDENING = (
 )
 
 
-_UNIT_PREFIX = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}"
+UNIT_PREFIX = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}"
+UNIT_PREFIX_RULE = "must be [A-Za-z0-9_.-], not starting with '.' or '-'"
 
 
 _OPTION = r"[a-z0-9][a-z0-9_-]{0,99}"
@@ -158,7 +159,7 @@ def _secret(name, value):
         raise ValueError("%s: must be a string on one line without control characters (value hidden)" % name)
 
 
-def _manage_service(value, service_mgr):
+def manage_service(value, service_mgr):
     """vllm_manage_service: auto (where systemd is the service manager), true or false."""
     if isinstance(value, str) and value.strip().lower() == "auto":
         return service_mgr == "systemd"
@@ -187,7 +188,7 @@ def check_variables(variables):
     for step in (_check_model_and_paths, _check_access, _check_install, check_download_variables, _check_timeouts,
                  _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables):
         out.update(step(v, out))
-    out["vllm_gateways"], out["vllm_gateway_backends"] = _gateways(
+    out["vllm_gateways"], out["vllm_gateway_backends"] = gateways(
         role_value(v, "vllm_gateways"), role_value(v, "vllm_gateway_backends"))
     return out
 
@@ -205,8 +206,8 @@ def _check_model_and_paths(v, out):
     out["vllm_executable"] = vc.absolute_path("vllm_executable", role_value(v, "vllm_executable"), allow_empty=True)
     out["vllm_nvidia_modprobe"] = vc.absolute_path("vllm_nvidia_modprobe", role_value(v, "vllm_nvidia_modprobe"),
                                                    allow_empty=True)
-    out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", role_value(v, "vllm_unit_prefix"), _UNIT_PREFIX,
-                                      "must be [A-Za-z0-9_.-], not starting with '.' or '-'", allow_empty=True)
+    out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", role_value(v, "vllm_unit_prefix"), UNIT_PREFIX,
+                                      UNIT_PREFIX_RULE, allow_empty=True)
     out["vllm_user"] = vc.account("vllm_user", role_value(v, "vllm_user"))
     out["vllm_group"] = vc.account("vllm_group", role_value(v, "vllm_group"))
     return out
@@ -244,7 +245,7 @@ def _check_install(v, out):
             for i, p in enumerate(as_list("vllm_packages", role_value(v, "vllm_packages")))],
         "vllm_install": vc.boolean("vllm_install", role_value(v, "vllm_install")),
         "vllm_manage_user": vc.boolean("vllm_manage_user", role_value(v, "vllm_manage_user")),
-        "manage_service": _manage_service(role_value(v, "vllm_manage_service"), v.get("service_mgr", "")),
+        "manage_service": manage_service(role_value(v, "vllm_manage_service"), v.get("service_mgr", "")),
         "vllm_hardening_strict": vc.boolean("vllm_hardening_strict", role_value(v, "vllm_hardening_strict")),
     }
 
@@ -357,7 +358,7 @@ def check_download_variables(v, out=None):
     return checked
 
 
-def _gateways(gateways, backends):
+def gateways(gateways, backends):
     """vllm_gateways {inventory host: admin socket path ('' skips it)} and
     vllm_gateway_backends (gateway_backends entries: name, host, backend)."""
     checked = {}

@@ -69,7 +69,9 @@ def test_audit_playbook_report_table_and_gate(tmp_path):
     rc, out = playbook(inventory, "-e", "audit_plan=%s" % plan, "-e", "audit_report=%s" % report)
     assert rc != 0, out
     assert "4 finding(s) at or above critical" in out
-    assert "gpu-a: 4 critical, 4 error, 7 warning, 0 info; 6 GPU process(es) (nvidia-smi)" in out
+    # 3 more warnings than before: vllm-0..2 are misplaced and a replay holds no unit state, so their state is unknown
+    assert "gpu-a: 4 critical, 4 error, 10 warning, 0 info; 6 GPU process(es) (nvidia-smi)" in out
+    assert "planned instances: 1 stopped, 3 unknown" in out
     assert "instance_not_running" in out and "vllm-3" in out
     assert "unreachable=0" in out and "Traceback" not in out
     page = report.read_text()
@@ -203,3 +205,18 @@ def test_audit_playbook_bad_audit_fail_on_is_named_before_any_host_is_read(tmp_p
     assert rc != 0
     assert "audit_fail_on: must be one of none, info, warning, error, critical (got 'fatal')" in out, out
     assert "Audit the host" not in out and "Traceback" not in out
+
+
+def test_module_live_without_systemd_and_gpus_says_unknown_and_why(tmp_path):
+    """The real module on this machine (no GPU, systemd not PID 1), with a
+    plan for localhost: its unit's state cannot be read, nothing holds a
+    GPU, so the instance is unknown, never running."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan": {"instances": [{"host": "localhost", "name": "vllm-0", "gpus": []}], "unused": []}}))
+    rc, result, out = ad_hoc("plan=%s" % plan)
+    assert rc == 0, out
+    assert result["unit_states"] == {"source": None, "units": {},
+                                     "missing": "systemd is not the init system here (no /run/systemd/system)"}
+    assert [(i["state"], i["unit"]) for i in result["instances"]] == [("unknown", "gpufleet-vllm-0.service")]
+    unknown = [f for f in result["findings"] if f["code"] == "instance_state_unknown"]
+    assert len(unknown) == 1 and "(systemd is not the init system here" in unknown[0]["message"]

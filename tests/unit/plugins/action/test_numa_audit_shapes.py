@@ -12,9 +12,11 @@ send back); everything from there on is the real action and filters."""
 from __future__ import annotations
 
 import copy
+import json
 import types
 
 import pytest
+from ansible.errors import AnsibleActionFail
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -245,3 +247,57 @@ def test_any_junk_in_one_host_result_leaves_the_other_hosts_report(path, junk):
     for host in ("gpu-a", "gpu-c"):
         assert "topology of %s" % host in page
         assert any(line.startswith(host + ": 4 critical") for line in table)
+
+
+# ------------------------------------------------------------ unit names and states
+
+def run_with_plan(tmp_path, instances, answer=None, **args):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan": {"instances": instances, "unused": []}}))
+    sent = []
+    task = types.SimpleNamespace(args=dict(args, plan=str(plan)), async_val=0, check_mode=False,
+                                 action="gpufleet.numa.numa_audit")
+    connection = types.SimpleNamespace(_shell=types.SimpleNamespace(tmpdir="/nonexistent"))
+    action = ActionModule(task, connection, None, None, None)
+    action._execute_module = lambda module_args=None, task_vars=None: sent.append(module_args) or copy.deepcopy(
+        answer or GOOD)
+    return action.run(task_vars={"inventory_hostname": "gpu-a"}), sent
+
+
+def test_the_module_is_sent_the_planned_unit_names_only(tmp_path):
+    instances = [{"host": "gpu-a", "name": "vllm-0", "gpus": []}, {"host": "gpu-b", "name": "vllm-1", "gpus": []},
+                 {"host": "gpu-a", "name": "vllm-2", "gpus": [], "deployed": {"unit": "llm-2.service"}}]
+    result, sent = run_with_plan(tmp_path, instances, unit_prefix="llm-")
+    assert sent == [{"units": ["llm-vllm-0.service", "llm-2.service"]}]
+    # the names are the action's, from the plan: a task cannot set them
+    with pytest.raises(AnsibleActionFail, match="Invalid options for gpufleet.numa.numa_audit: units"):
+        run_with_plan(tmp_path, instances, units=["injected.service"])
+    assert [(i["name"], i["state"], i["unit"]) for i in result["instances"]] == [
+        ("vllm-0", "stopped", "llm-vllm-0.service"), ("vllm-2", "stopped", "llm-2.service")]
+
+
+@pytest.mark.parametrize("prefix", ["-x", "a b", "gpufleet-\n", "", "x" * 65, 3])
+def test_a_bad_unit_prefix_fails_before_the_host_is_read(tmp_path, prefix):
+    result, sent = run_with_plan(tmp_path, [{"host": "gpu-a", "name": "vllm-0", "gpus": []}], unit_prefix=prefix)
+    assert result["failed"] and result["msg"].startswith("unit_prefix: must be 1-64 characters") and sent == []
+
+
+@pytest.mark.parametrize("name", ["vllm 0", "x;reboot", "a\nb", "../x"])
+def test_a_plan_whose_unit_names_are_not_unit_names_fails_naming_the_instance(tmp_path, name):
+    result, sent = run_with_plan(tmp_path, [{"host": "gpu-a", "name": name, "gpus": []}])
+    assert result["failed"] and "unit name must be a systemd service name" in result["msg"] and sent == []
+
+
+def test_the_unit_states_a_host_returns_are_shape_checked(tmp_path):
+    instances = [{"host": "gpu-a", "name": "vllm-0", "gpus": []}]
+    good = {"source": "systemd", "missing": None, "units": {"gpufleet-vllm-0.service": {
+        "id": "gpufleet-vllm-0.service", "load_state": "loaded", "active_state": "failed", "sub_state": "failed",
+        "main_pid": 0, "started_monotonic_us": 1}}}
+    result, dummy = run_with_plan(tmp_path, instances, answer=dict(GOOD, unit_states=good))
+    assert [(i["state"], i["unit_state"]) for i in result["instances"]] == [("failed", "failed (failed)")]
+    bad = dict(good, source="evil")
+    result, dummy = run_with_plan(tmp_path, instances, answer=dict(GOOD, unit_states=bad))
+    assert result["failed"] and result["msg"] == "host gpu-a: numa_audit result.unit_states.source: must be systemd or null (got 'evil')"
+    bad = dict(good, units={"u.service": {"id": "u.service", "main_pid": "1"}})
+    result, dummy = run_with_plan(tmp_path, instances, answer=dict(GOOD, unit_states=bad))
+    assert result["failed"] and "result.unit_states.units['u.service'].main_pid: must be an integer" in result["msg"]

@@ -60,6 +60,35 @@ def test_vllm_rollout_reads_the_role_state_of_the_batch_from_hostvars():
         filters["vllm_rollout"]({"a": {"__vllm": {}, "__vllm_written": {"results": []}}}, ["a"], "a")
 
 
+def test_vllm_rollout_restarts_every_instance_after_this_runs_install():
+    filters = FilterModule().filters()
+    installing = VLLM_UNITS([INSTANCE, dict(INSTANCE, name="vllm-1", port=8001, dist_port=29100)],
+                            dict(VARIABLES, vllm_install=True))
+    # Units the host already has (check mode starts no others).
+    installing["units"] = [dict(unit, installed=True) for unit in installing["units"]]
+    hostvars = {"a": {"__vllm": installing, "__vllm_written": {"results": []}, "__vllm_installed": {"changed": True}}}
+    steps = filters["vllm_rollout"](hostvars, ["a"], "a")["steps"]
+    assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", True), ("vllm-1", True)]
+    assert [s["restart"] for s in filters["vllm_rollout"](hostvars, ["a"], "a", True)["steps"]] == [False, False]
+    # An install result left by an earlier run of the role in this playbook,
+    # where this run installs nothing, restarts nothing.
+    hostvars["a"]["__vllm"] = dict(installing, install=False)
+    assert [s["restart"] for s in filters["vllm_rollout"](hostvars, ["a"], "a")["steps"]] == [False, False]
+
+
+def test_vllm_deployed_is_a_filter_shell():
+    deployed = FilterModule().filters()["vllm_deployed"]
+    units = VLLM_UNITS([INSTANCE], VARIABLES)
+    results = [{"__vllm_file": entry, "skipped": True, "content_sha1": "ab" * 20} for entry in units["files"]]
+    assert deployed(units, {"results": results}) == {"engine": units["engine"], "instances": {
+        "vllm-0": {"unit": "gpufleet-vllm-0.service", "unit_sha1": "ab" * 20, "engine": units["engine"]}},
+        "files": {"unit_dir": "/etc/systemd/system", "config_dir": "/etc/vllm", "unit_prefix": "gpufleet-"}}
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_deployed: written: must hold the content_sha1"):
+        deployed(units, {"results": []})
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_deployed: the input must be"):
+        deployed({"units": []}, {"results": []})
+
+
 def test_vllm_wants_service_mgr_is_a_filter_shell():
     wants = FilterModule().filters()["vllm_wants_service_mgr"]
     assert wants("auto") is True and wants("auto", "systemd") is False and wants(False, "") is False

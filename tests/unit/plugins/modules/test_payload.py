@@ -27,7 +27,7 @@ COLLECTION = "ansible_collections/gpufleet/numa/"
 MODULE_UTILS = COLLECTION + "plugins/module_utils/"
 # Packages of the collection that run on the controller only.
 CONTROLLER_ONLY = ("placement/", "plan/", "deploy/", "audit/")
-TARGET_AUDIT = ("audit/__init__.py", "audit/processes.py", "audit/gather.py")
+TARGET_AUDIT = ("audit/__init__.py", "audit/processes.py", "audit/gather.py", "audit/units.py")
 
 _FINDER = r'''
 import datetime, inspect, io, json, sys, zipfile
@@ -117,9 +117,10 @@ def test_the_check_sees_a_leak():
 
 
 def test_numa_audit_ships_the_readers_only():
-    """What numa_audit adds to numa_facts: the process readers, the live gather and secret masking; no capture loading."""
+    """What numa_audit adds to numa_facts: the process readers, the live gather, the unit state reader and secret
+    masking; no capture loading."""
     audit = set(payload("numa_audit"))
     facts = set(payload("numa_facts"))
     extra = sorted(n[len(MODULE_UTILS):] for n in audit - facts)
-    assert extra == ["audit/__init__.py", "audit/gather.py", "audit/processes.py", "common/secret_mask.py"]
+    assert extra == ["audit/__init__.py", "audit/gather.py", "audit/processes.py", "audit/units.py", "common/secret_mask.py"]
     assert MODULE_UTILS + "topology/capture.py" not in audit

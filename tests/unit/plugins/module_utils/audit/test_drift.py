@@ -40,7 +40,11 @@ def test_drift_instances_not_running_and_unplanned_process():
     assert [f["subject"] for f in by_code(result, "instance_not_running")] == ["vllm-0", "vllm-1", "vllm-2"]
     assert [f["instance"] for f in by_code(result, "instance_misplaced")] == ["vllm-3"]
     assert len(by_code(result, "unplanned_process")) == 1
-    assert [i["state"] for i in result["instances"]] == ["not running", "not running", "not running", "elsewhere"]
+    # state and placement problem are two fields: vllm-3's GPUs are held by another group, and without its
+    # unit's state nothing says whether vllm-3 itself runs
+    assert [i["state"] for i in result["instances"]] == ["stopped", "stopped", "stopped", "unknown"]
+    assert [i["problem"] for i in result["instances"]] == [None, None, None, "elsewhere"]
+    assert [f["instance"] for f in by_code(result, "instance_state_unknown")] == ["vllm-3"]
 
 
 def _drop_gpu(bus):

@@ -2,7 +2,12 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """deploy/vllm/rollout.py: stale files and restarting instances, decided in
-Python (they were Jinja in roles/vllm/tasks, where no unit test reached them)."""
+Python (they were Jinja in roles/vllm/tasks, where no unit test reached them),
+what an engine install restarts, and the record of what a host runs."""
+
+import hashlib
+
+import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, rollout
 from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import INSTANCE, VARIABLES
@@ -139,3 +144,53 @@ def test_check_mode_starts_only_units_the_host_already_has():
     steps = rollout.host_rollout("a", states, ["a"], check_mode=True)["steps"]
     assert steps[0]["name"] == "vllm-0" and steps[1] is None
     assert rollout.host_rollout("a", states, ["a"])["steps"][1]["restart"] is True
+
+
+# --- engine upgrades --------------------------------------------------------
+
+def test_a_changed_install_restarts_every_instance_even_when_no_file_changed():
+    assert rollout.restarting_instances(RESULT["units"], written(), install_changed=True) == ["vllm-0", "vllm-1"]
+    assert rollout.restarting_instances(RESULT["units"], written(), install_changed=False) == []
+
+
+def test_host_rollout_restarts_every_instance_after_the_install_but_not_in_check_mode():
+    states = {"a": {"units": [unit("vllm-0"), unit("vllm-1")], "written": [], "install_changed": True},
+              "b": {"units": [unit("vllm-0")], "written": []}}
+    steps = rollout.host_rollout("a", states, ["a", "b"])["steps"]
+    assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", True), ("vllm-1", True)]
+    assert rollout.host_rollout("b", states, ["a", "b"])["steps"][0]["restart"] is False
+    # pip in check mode only says it would install: nothing restarts for it.
+    steps = rollout.host_rollout("a", states, ["a", "b"], check_mode=True)["steps"]
+    assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", False), ("vllm-1", False)]
+
+
+def unit_results(texts):
+    """The write loop's results as vllm_file gives them: each unit's content_sha1 (written or found)."""
+    results = []
+    for label, entry in FILES.items():
+        result = {"__vllm_file": entry, "changed": label in texts}
+        if label in texts:
+            result["content_sha1"] = hashlib.sha1(texts[label].encode()).hexdigest()
+        results.append(result)
+    return results
+
+
+def test_deployed_record_names_each_instance_its_unit_sha1_and_engine():
+    texts = {"gpufleet-vllm-0.service": "[Service]\nExecStart=/opt/vllm/bin/vllm serve a\n",
+             "gpufleet-vllm-1.service": "[Service]\nExecStart=/opt/vllm/bin/vllm serve b\n"}
+    record = rollout.deployed_record(RESULT["units"], unit_results(texts), RESULT["engine"])
+    engine = "vllm==%s" % VARIABLES["vllm_version"]
+    assert record == {"engine": engine, "instances": {
+        "vllm-0": {"unit": "gpufleet-vllm-0.service", "engine": engine,
+                   "unit_sha1": hashlib.sha1(texts["gpufleet-vllm-0.service"].encode()).hexdigest()},
+        "vllm-1": {"unit": "gpufleet-vllm-1.service", "engine": engine,
+                   "unit_sha1": hashlib.sha1(texts["gpufleet-vllm-1.service"].encode()).hexdigest()}}}
+    # The option files' and secrets' sha1 are not the units'.
+    assert rollout.deployed_record([], [], engine) == {"engine": engine, "instances": {}}
+
+
+def test_deployed_record_refuses_a_unit_without_its_sha1():
+    texts = {"gpufleet-vllm-0.service": "x"}
+    with pytest.raises(ValueError, match=r"^written: must hold the content_sha1 of every unit "
+                                         r"\(got none for gpufleet-vllm-1.service\)$"):
+        rollout.deployed_record(RESULT["units"], unit_results(texts), RESULT["engine"])

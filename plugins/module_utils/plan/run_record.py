@@ -1,0 +1,49 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""What a kept instance runs (its `deployed` field, docs/plan.md): the
+engine, its unit and the unit's sha1, as role vllm reported them when the
+host converged; and where the host's units and option files are (its
+host entry's `files`). Checked like every field of the kept plan (untrusted
+input). Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+
+RUN_FIELDS = ("engine", "unit", "unit_sha1")
+# Where a host's units and option files are (hosts[HOST].files): taking the
+# host down looks there, even once it no longer has the variables that said so.
+FILE_FIELDS = ("unit_dir", "config_dir", "unit_prefix")
+_RULES = {
+    "engine": (r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}(==[A-Za-z0-9_.+!-]{1,64})?",
+               "must be PACKAGE==VERSION (a Python package and version)"),
+    "unit": (r"[A-Za-z0-9][A-Za-z0-9_.@:-]{0,200}\.service", "must be a systemd unit name ending in .service"),
+    "unit_sha1": (r"[0-9a-f]{40}", "must be 40 lowercase hex digits (a sha1)"),
+}
+
+
+def check_run(where, value):
+    """The `deployed` field of a kept instance: a mapping of RUN_FIELDS only."""
+    if not isinstance(value, dict):
+        vc.fail(where, "must be a mapping {engine, unit, unit_sha1}", value)
+    unknown = sorted(str(k) for k in value if k not in RUN_FIELDS)
+    if unknown:
+        vc.fail(where, "has unknown field(s) %s (known: %s)" % (", ".join(unknown), ", ".join(RUN_FIELDS)), unknown)
+    for field in RUN_FIELDS:
+        if field in value:
+            pattern, rule = _RULES[field]
+            vc.text("%s.%s" % (where, field), value[field], pattern, rule)
+    return value
+
+
+def check_files(where, value):
+    """hosts[HOST].files: {unit_dir, config_dir, unit_prefix}, all three."""
+    if not isinstance(value, dict) or sorted(value) != sorted(FILE_FIELDS):
+        vc.fail(where, "must be a mapping of exactly %s" % ", ".join(FILE_FIELDS), value)
+    for field in ("unit_dir", "config_dir"):
+        vc.absolute_path("%s.%s" % (where, field), value[field])
+    vc.text(where + ".unit_prefix", value["unit_prefix"], r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}",
+            "must be [A-Za-z0-9_.-], not starting with '.' or '-'", allow_empty=True)
+    return value

@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The end of a deploy run: per host what happened, what the gateway routes, and a partial run said out loud."""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import report as plan_report
+
+SHA1, SHA2 = "1" * 40, "2" * 40
+
+
+def instance(host, ordinal, gpus, engine="vllm==0.11.0", sha=SHA1, model="llama"):
+    return {"host": host, "name": "vllm-%d" % ordinal, "ordinal": ordinal, "gpu_indices": gpus, "gpus": gpus,
+            "port": 8000 + ordinal, "binding": {"cpus": "0"}, "served_model_name": model,
+            "deployed": {"engine": engine, "unit_sha1": sha}}
+
+
+def plan(*instances):
+    out = plan_record.empty_record()
+    out["instances"] = list(instances)
+    out["hosts"] = dict((i["host"], {"gpus": 8}) for i in instances)
+    return out
+
+
+def context(**more):
+    out = {"fleet": ["a", "b"], "in_run": ["a", "b"], "failed": [], "converged": [], "removed": [],
+           "gateways": ["gw"], "gateway_configured": True, "finish": "FINISH"}
+    out.update(more)
+    return out
+
+
+BEFORE = plan(instance("a", 0, [0, 1]), instance("a", 1, [2, 3]), instance("b", 0, [0, 1]))
+
+
+def test_a_deployed_host_says_what_changed():
+    after = copy.deepcopy(BEFORE)
+    after["instances"][0] = instance("a", 0, [0, 1], engine="vllm==0.12.0", sha=SHA2)
+    after["instances"][1] = instance("a", 1, [4, 5])
+    after["instances"].insert(2, instance("a", 2, [6, 7]))
+    lines = plan_report.run_report(BEFORE, after, context(converged=["a"]))
+    assert lines[0] == ("deployed: a: vllm-0 upgraded (vllm==0.12.0, was vllm==0.11.0); vllm-1 re-formed "
+                        "(GPUs 4,5, :8001, was GPUs 2,3, :8001); vllm-2 new (GPUs 6,7, :8002)")
+    assert lines[1] == "kept: b: not deployed in this run (--tags, or nothing to plan); it keeps its recorded " \
+                       "instances vllm-0 :8000"
+    assert lines[2] == "gateway routes llama: a-vllm-0 :8000, a-vllm-1 :8001, a-vllm-2 :8002, b-vllm-0 :8000"
+
+
+def test_unchanged_restarted_and_removed_instances():
+    after = copy.deepcopy(BEFORE)
+    after["instances"][0]["deployed"]["unit_sha1"] = SHA2
+    del after["instances"][1]
+    lines = plan_report.run_report(BEFORE, after, context(converged=["a", "b"]))
+    assert lines[0] == "deployed: a: vllm-0 restarted (its unit changed); vllm-1 removed (GPUs 2,3, :8001)"
+    assert lines[1] == "deployed: b: 1 instance unchanged"
+
+
+def test_failed_kept_removed_and_to_remove_hosts():
+    before = plan(instance("a", 0, [0]), instance("b", 0, [0]), instance("c", 0, [0]), instance("d", 0, [0]))
+    after = plan_record.forget_hosts(before, ["c"])
+    lines = plan_report.run_report(before, after, context(fleet=["a", "b"], in_run=["a"], failed=["a", "d"],
+                                                          removed=["c"]))
+    assert lines[:4] == [
+        "failed: a: not deployed (its errors are above); it keeps its recorded instances vllm-0 :8000",
+        "kept: b: not in this run (--limit); it keeps its recorded instances vllm-0 :8000",
+        "removed: c: no longer in gpu_servers; its instances were drained, stopped and their files removed",
+        "to remove: d: no longer in gpu_servers and not taken down in this run (failed or unreachable); the gateway "
+        "no longer routes it, but its units may still run"]
+    # the gateway routes only hosts of the fleet
+    assert lines[4] == "gateway routes llama: a-vllm-0 :8000, b-vllm-0 :8000"
+
+
+def test_a_partial_run_names_what_the_gateway_lacks_and_still_sends_to():
+    after = copy.deepcopy(BEFORE)
+    after["instances"][1] = instance("a", 1, [2, 3], model="qwen")
+    after["instances"].append(instance("a", 2, [4, 5]))
+    lines = plan_report.run_report(BEFORE, after, context(converged=["a"], gateway_configured=False))
+    assert lines[-2] == "gateway (not in this run) still routes llama: a-vllm-0 :8000, a-vllm-1 :8001, b-vllm-0 :8000"
+    assert lines[-1] == ("partial run: the gateways (gw) were not in this run, so HAProxy does not route a-vllm-1, "
+                         "a-vllm-2 yet, and it still sends requests to a-vllm-1: finish with FINISH")
+    # a run that changed nothing the gateway routes says nothing more
+    quiet = plan_report.run_report(BEFORE, copy.deepcopy(BEFORE), context(converged=["a"], gateway_configured=False))
+    assert not any(line.startswith("partial run") for line in quiet)
+
+
+def test_only_gone_routes():
+    after = copy.deepcopy(BEFORE)
+    del after["instances"][1]
+    lines = plan_report.run_report(BEFORE, after, context(converged=["a"], gateway_configured=False))
+    assert lines[-1] == ("partial run: the gateways (gw) were not in this run, and HAProxy still sends requests to "
+                         "a-vllm-1: finish with FINISH")
+
+
+def test_no_gateway_and_nothing_routed():
+    assert plan_report.run_report(None, None, context(fleet=[], in_run=[], gateways=[])) == [
+        "gateway: none in the inventory"]
+    assert plan_report.run_report(None, None, context(fleet=[], in_run=[])) == ["gateway routes no instance"]
+
+
+def test_a_model_change_is_said():
+    after = copy.deepcopy(BEFORE)
+    after["instances"][2]["served_model_name"] = "qwen"
+    assert plan_report.host_changes(BEFORE, after, "b") == ["vllm-0 serves qwen now"]
+    assert plan_report.host_changes(plan(), plan(), "b") == ["no instances"]
