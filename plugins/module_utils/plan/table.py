@@ -23,9 +23,16 @@ def _node(instance):
     return "%d/%d %s" % (multinode["node_rank"], multinode["nnodes"], multinode["head"])
 
 
+def _model(instance):
+    """The name clients ask for the instance's model by (the model itself
+    when no served name is set; '-' in a plan made without models)."""
+    return instance.get("served_model_name") or instance.get("model") or "-"
+
+
 COLUMNS = (
     Column("HOST", lambda i: i["host"]),
     Column("INSTANCE", lambda i: i["name"]),
+    Column("MODEL", _model),
     Column("GPUS", lambda i: ",".join(str(x) for x in i["gpu_indices"])),
     Column("NUMA", lambda i: ",".join(str(n) for n in i["numa_nodes"])),
     Column("CPUS", lambda i: i["cpus"]),
