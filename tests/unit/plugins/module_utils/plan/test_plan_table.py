@@ -87,3 +87,16 @@ def test_an_instance_without_a_field_names_it(field):
 def test_a_non_plan_names_plan_table(plan):
     with pytest.raises(ValueError, match=r"^plan_table expects the dict returned by fleet_plan"):
         table.plan_table(plan)
+
+
+def test_record_diff_table_shows_changed_added_and_removed_instances_only():
+    before = placement.plan_fleet({"gpu-a": copy.deepcopy(H100)}, tp_size=4)
+    after = copy.deepcopy(before)
+    after["instances"][1]["port"] = 9001
+    after["instances"].append(dict(after["instances"][0], host="gpu-b"))
+    lines = table.record_diff_table(before, after)
+    assert lines[0].split()[:3] == ["HOST", "INSTANCE", "MODEL"]
+    assert [line.split()[:3] for line in lines[1:4]] == [["-", "gpu-a", "vllm-1"], ["+", "gpu-a", "vllm-1"],
+                                                        ["+", "gpu-b", "vllm-0"]]
+    assert lines[4] == "1 instance unchanged" and len(lines) == 5
+    assert table.record_diff_table(before, before) == ["2 instances unchanged"]
