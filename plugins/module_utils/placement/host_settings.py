@@ -60,8 +60,8 @@ def _check(kind, name, value, host):
 
 
 def _gpu_entry(name, item):
-    if isinstance(item, int) and not isinstance(item, bool):
-        return value_checks.integer(name, item, minimum=0)
+    if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+        return int(item)
     if isinstance(item, str):
         return value_checks.text(name, item)
     return value_checks.fail(name, "must be a GPU index (0, 1, ...), a PCI bus id, a UUID or GPU<n>", item)
