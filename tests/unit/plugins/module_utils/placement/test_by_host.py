@@ -10,6 +10,8 @@ import os
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host, merge_plan
@@ -134,3 +136,29 @@ def test_the_report_says_why_a_host_is_unplannable_and_what_it_keeps(machines):
     lines = report.run_report(record, record, context)
     assert lines[0] == ("unplannable: gpu-a: tp_size 16 exceeds the 8 placeable GPUs; it keeps its recorded "
                         "instances vllm-0 :8000, vllm-1 :8001")
+
+
+_FOLDERS = ("h100_sxm_8gpu_nvswitch", "azure_ndv4_like", "mi300x_8gpu_xgmi", "amd_4gpu_pcie_4numa")
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return [_machine(folder) for folder in _FOLDERS]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, len(_FOLDERS) - 1), st.sampled_from((1, 2, 4, 8, 16)), st.booleans()),
+                min_size=1, max_size=6))
+def test_a_host_that_cannot_be_planned_never_changes_another_hosts_plan(recorded, hosts):
+    # each host: a recorded machine, a tp_size, and whether its facts are broken
+    fleet = dict(("h%d" % n, host_vars(_bad_facts(recorded[m]) if broken else recorded[m], gpufleet_tp_size=tp))
+                 for n, (m, tp, broken) in enumerate(hosts))
+    plan = fleet_plan_by_host(fleet)
+    planned = set(plan["settings"])
+    assert planned | set(plan["unplannable"]) == set(fleet) and not planned & set(plan["unplannable"])
+    for host, why in plan["unplannable"].items():
+        assert why.startswith("host %s: " % host) and not any(("host %s:" % h) in why for h in fleet if h != host)
+    for host in planned:
+        alone = fleet_plan_by_host({host: fleet[host]})
+        assert alone["unplannable"] == {}
+        assert ([i for i in plan["instances"] if i["host"] == host] == alone["instances"])
