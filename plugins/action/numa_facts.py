@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Action for gpufleet.numa.numa_facts: replay capture= on the controller.
 
-Without capture= the module runs on the target, and of its result only the
+A host with the numa_capture variable and no capture= argument is replayed
+from it (as the playbooks do). Without either, the module runs on the target, and of its result only the
 fields the module defines are kept (plugin_utils/host_results.py). With it, the
 capture file is read here and turned into facts by the same module_utils
 code the module uses; the target is never contacted.
@@ -69,6 +70,10 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         capture = self._task.args.get("capture")
+        if capture is None and task_vars.get("numa_capture"):
+            # A recorded host (numa_capture, like the playbooks replay it),
+            # in ad-hoc runs too: its own capture, not the controller's.
+            capture = self._templar.template(task_vars["numa_capture"])
         if not capture:
             result = super(ActionModule, self).run(tmp, task_vars)
             return self._keep_defined(result, self._execute_module(task_vars=task_vars))
@@ -99,11 +104,9 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             # load_capture names the file it read; say which one the task asked for too.
             return dict(result, failed=True, msg="capture %s: %s" % (capture, to_text(exc)))
-        result.update(
-            ansible_facts=dict(numa_topology=facts),
-            summary=summary(facts),
-            capture_file=path,
-        )
+        # The summary first: what a person reads of an ad-hoc result.
+        result = dict([("summary", summary(facts))], **result)
+        result.update(ansible_facts=dict(numa_topology=facts), capture_file=path)
         if facts["warnings"]:
             # Shown as [WARNING] lines, like the module's own on a live host.
             result["warnings"] = list(result.get("warnings") or []) + list(facts["warnings"])

@@ -23,9 +23,15 @@ import hashlib
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
+from ansible.release import __version__ as ANSIBLE_CORE_VERSION
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import rollout
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
+
+# The template lookup's convert_data: needed before ansible-core 2.19 (text
+# that looks like YAML would come back as data), deprecated from 2.19 on
+# (it always returns the text).
+_TEMPLATE_OPTIONS = {} if tuple(int(p) for p in ANSIBLE_CORE_VERSION.split(".")[:2]) >= (2, 19) else {"convert_data": False}
 
 KINDS = ("directory", "copy", "template")
 # The arguments each kind passes on (when the entry has them).
@@ -76,7 +82,7 @@ class ActionModule(ActionBase):
                 return hashlib.sha1(source.read()).hexdigest()
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
                                                            templar=self._templar)
-        (text,) = lookup.run([entry["template"]], variables=task_vars, convert_data=False)
+        (text,) = lookup.run([entry["template"]], variables=task_vars, **_TEMPLATE_OPTIONS)
         return hashlib.sha1(to_bytes(text, errors="surrogate_or_strict")).hexdigest()
 
     def _sub_action(self, name, args, task_vars):

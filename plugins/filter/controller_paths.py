@@ -2,7 +2,8 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters for the paths the playbooks write on the controller:
-controller_path, file_in_dir and controller_inventory_dir.
+controller_path, file_in_dir, controller_inventory_dir, controller_default_path
+and outside_inventory.
 
 Thin shells around plugin_utils/paths.py; see docs/deploy.md
 (Controller-side paths).
@@ -16,10 +17,15 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths as cont
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
 
 
-def controller_path(value, name):
-    """An absolute, normalised path on the controller; fails naming `name`."""
+def controller_path(value, name, inventory_sources=None):
+    """An absolute, normalised path on the controller; fails naming `name`.
+    With inventory_sources (ansible_inventory_sources), a path inside an
+    inventory directory is refused too."""
     try:
-        return controller_paths.controller_path(str(name), _plain(value))
+        path = controller_paths.controller_path(str(name), _plain(value))
+        if inventory_sources is not None:
+            controller_paths.outside_inventories(str(name), path, _plain(inventory_sources))
+        return path
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.controller_path: %s" % exc)
 
@@ -42,10 +48,28 @@ def controller_inventory_dir(sources):
         raise AnsibleFilterError("gpufleet.numa.controller_inventory_dir: %s" % exc)
 
 
+def outside_inventory(value, name, inventory_sources):
+    """value, when it is not inside an inventory directory."""
+    try:
+        return controller_paths.outside_inventories(str(name), _plain(value), _plain(inventory_sources))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.outside_inventory: %s" % exc)
+
+
+def controller_default_path(sources, relative, name, guard_old=False):
+    """The default path of an artifact beside the inventory directory."""
+    try:
+        return controller_paths.default_artifact(_plain(sources), str(relative), str(name), guard_old=bool(guard_old))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.controller_default_path: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "controller_path": controller_path,
             "file_in_dir": file_in_dir,
             "controller_inventory_dir": controller_inventory_dir,
+            "controller_default_path": controller_default_path,
+            "outside_inventory": outside_inventory,
         }

@@ -15,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import by_host
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import identity
@@ -24,7 +25,9 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 def fleet_plan_by_host(host_vars, hosts=None, deployed=None):
     """Plan each host with its own gpufleet_* variables (docs/deploy.md);
     with `deployed` (the kept plan), deployed instances keep their identity
-    where no change forces another (docs/plan.md, "Stable identity")."""
+    where no change forces another (docs/plan.md, "Stable identity").
+    A host that cannot be planned is left out and listed in "unplannable"
+    (host -> reason): it keeps what the kept plan records."""
     try:
         if deployed is not None and not isinstance(deployed, (str, dict)):
             raise ValueError("deployed must be the plan file's JSON text or a mapping")
@@ -35,26 +38,27 @@ def fleet_plan_by_host(host_vars, hosts=None, deployed=None):
         missing = [h for h in hosts if h not in host_vars]
         if missing:
             raise ValueError("hosts not in the input: %s" % ", ".join(missing))
+        unplannable = {}
+        # a bad variable stops the run (the check step reports them all); a host
+        # whose facts or hardware its settings do not fit is set apart
         settings = fleet_settings.host_settings(host_vars, hosts)
-        plans, hardware, all_facts = [], {}, {}
-        for options, group in fleet_settings.plan_groups(settings):
-            facts = dict((h, _plain(contract.facts_view(h, host_vars[h]))) for h in group)
-            all_facts.update(facts)
-            hardware.update((h, plan_artifact.hardware_record(facts[h])) for h in group)
-            try:
-                plans.append(placement.plan_fleet(facts, hosts=group, **options))
-            except ValueError as exc:
-                raise ValueError("%s (hosts %s)" % (exc, ", ".join(group)))
+        models = fleet_settings.host_models(host_vars, hosts)
+        # a host asked for without facts is the caller's error; facts that do not read are the host's
+        all_facts = dict((h, _plain(contract.facts_view(h, host_vars[h]))) for h in hosts)
+        settings = by_host.resolve_settings(settings, all_facts, unplannable)
+        plans = by_host.plan_each(settings, all_facts, unplannable)
+        settings = dict((h, s) for h, s in settings.items() if h not in unplannable)
+        all_facts = dict((h, all_facts[h]) for h in settings)
+        hardware = dict((h, plan_artifact.hardware_record(all_facts[h])) for h in settings)
         plan = identity.stable_plan(plan_artifact.combine_plans(plans), kept, settings, all_facts, _plan_one)
         # What each instance serves, as its host's vllm_* variables say now:
         # kept in the plan, so the gateway routes a host's instances by model
         # even in a run that does not reach it.
-        models = fleet_settings.host_models(host_vars, hosts)
         for instance in plan["instances"]:
             instance.update(models.get(instance["host"], {}))
         # What each host has, kept with its entry: a later run checks the
         # host's kept instances against it (plan_check).
-        return dict(plan, settings=settings, hardware=hardware)
+        return dict(plan, settings=settings, hardware=hardware, unplannable=unplannable)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan_by_host: %s" % exc)
 

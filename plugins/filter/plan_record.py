@@ -89,6 +89,10 @@ def deploy_report(after, before, context):
             raise ValueError("context must be a mapping")
         for key in ("fleet", "in_run", "failed", "converged", "removed", "gateways"):
             context[key] = _hosts(key, context.get(key, []))
+        unplannable = context.setdefault("unplannable", {})
+        if not isinstance(unplannable, dict) or not all(isinstance(v, str) for v in unplannable.values()):
+            raise ValueError("context unplannable must map host -> reason")
+        context["unplannable"] = dict(zip(_hosts("unplannable", list(unplannable)), unplannable.values()))
         context.setdefault("gateway_configured", False)
         context.setdefault("finish", "the same command without --limit")
         return plan_report.run_report(_record(before, "the record before"), _record(after, "the record"), context)

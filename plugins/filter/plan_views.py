@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters that present a fleet plan: a text table, the gateway's backends and servers."""
+"""Filters that present a fleet plan: a text table, a change of the kept record, the gateway's backends and servers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ def plan_table(plan):
         return plan_views.plan_table(plan)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.plan_table: %s" % exc)
+
+
+def record_diff_table(after, before):
+    """The kept record's change, per instance (under --diff)."""
+    try:
+        return plan_views.record_diff_table(before, after)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.record_diff_table: %s" % exc)
 
 
 def gateway_backends(plan, addresses):
@@ -44,6 +52,6 @@ def gateway_api_keys(plan, api_keys):
 
 class FilterModule(object):
     def filters(self):
-        return {"plan_table": plan_table, "gateway_backends": gateway_backends,
+        return {"plan_table": plan_table, "record_diff_table": record_diff_table, "gateway_backends": gateway_backends,
                 "gateway_servers": gateway_servers,
                 "gateway_api_keys": gateway_api_keys}

@@ -54,6 +54,9 @@ options:
         playbook C(files/) directory, the playbook directory, then the current
         directory).
       - Handled by the action plugin; the target is not contacted.
+      - Unset, a host with the C(numa_capture) host variable is replayed from
+        that file (as the playbooks do), also in ad-hoc runs
+        (C(ansible all -m gpufleet.numa.numa_facts)); the result's first key is C(summary).
       - A capture is untrusted input (it may come from a bug report). Only a
         regular file of at most O(capture_max_bytes) is read; YAML anchors and
         aliases may add at most 10,000 nodes, nesting is limited to 32 levels,

@@ -81,3 +81,69 @@ def inventory_directory(sources):
         fail("ansible_inventory_sources", "must hold at least one inventory path", sources)
     first = os.path.abspath(sources[0])
     return first if os.path.isdir(first) else os.path.dirname(first)
+
+
+# Default artifacts live in <inventory directory>.gpufleet, beside the
+# inventory: Ansible reads every file under an inventory directory as
+# inventory (a kept plan there becomes a host named "{").
+ARTIFACT_SUFFIX = ".gpufleet"
+
+
+def artifact_directory(sources):
+    """Where the playbooks keep their default artifacts: the inventory
+    directory's own name plus ARTIFACT_SUFFIX, in the directory above it
+    (inventories/prod -> inventories/prod.gpufleet)."""
+    inventory = inventory_directory(sources)
+    if os.path.dirname(inventory) == inventory:
+        fail("ansible_inventory_sources", "has no directory beside it for the playbooks' files (set the paths)", inventory)
+    return inventory + ARTIFACT_SUFFIX
+
+
+def inventory_directories(sources):
+    """The directories of the inventory sources that exist on the
+    controller (a directory source, or the directory of a file source),
+    as written and with symlinks resolved; a host list ("a,b,") has none."""
+    directories = []
+    for source in sources if isinstance(sources, (list, tuple)) else []:
+        if not isinstance(source, str) or not os.path.exists(source):
+            continue
+        source = os.path.abspath(source)
+        directory = source if os.path.isdir(source) else os.path.dirname(source)
+        for variant in (os.path.normpath(directory), os.path.realpath(directory)):
+            if variant not in directories:
+                directories.append(variant)
+    return directories
+
+
+def _inside(path, directory):
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def outside_inventories(name, path, sources):
+    """path, when it is not in (nor is) an inventory directory; ValueError
+    naming `name` otherwise: Ansible would parse what is written there as
+    inventory on the next run."""
+    text(name, path)
+    written = os.path.normpath(os.path.abspath(path))
+    resolved = os.path.realpath(written)
+    for directory in inventory_directories(sources):
+        if _inside(written, directory) or _inside(resolved, directory):
+            fail(name, "must not be inside the inventory directory %s (the next run would read it as inventory); "
+                       "leave it unset for the default beside it (%s), or set it outside"
+                 % (directory, directory + ARTIFACT_SUFFIX), path)
+    return path
+
+
+def default_artifact(sources, relative, name, guard_old=False):
+    """The default path of an artifact, artifact_directory(sources)/relative.
+    With guard_old, a file at the old default place (inside the inventory
+    directory) while none is at the new one is an error saying to move it:
+    a kept plan must not be left behind and silently start from scratch."""
+    new = os.path.join(artifact_directory(sources), relative)
+    if guard_old:
+        old = os.path.join(inventory_directory(sources), relative)
+        if os.path.lexists(old) and not os.path.lexists(new):
+            fail(name, "is unset, and a file is kept at the old default place, inside the inventory (the next run "
+                       "would read it as inventory); move it to the new default: mkdir -p %s && mv %s %s"
+                 % (os.path.dirname(new), old, new), old)
+    return new

@@ -123,10 +123,12 @@ def check_ports(opts, count, host):
     last_api = opts["base_port"] + (count - 1) * opts["port_stride"]
     last_dist = opts["dist_port_base"] + count * opts["dist_port_stride"] - 1
     if last_api > 65535 or last_dist > 65535:
-        raise PlacementError(
+        error = PlacementError(
             "host %s: %d instances need API ports up to %d and VLLM_PORT ranges up to %d; ports end at 65535"
             % (host, count, last_api, last_dist)
         )
+        error.host = host  # this host's instance count: the others may still fit
+        raise error
     lo = opts["dist_port_base"]
     for ordinal in range(count):
         port = opts["base_port"] + ordinal * opts["port_stride"]

@@ -67,7 +67,8 @@ def read_host_view(facts, host=None):
     """read_host_facts; any failure is a PlacementError naming the host, never a traceback."""
     try:
         return read_host_facts(facts, host)
-    except PlacementError:
+    except PlacementError as exc:
+        exc.host = host if host else host_name(facts)
         raise
     except Exception as exc:  # pylint: disable=broad-except
         raise _planner_failed(host if host else host_name(facts), exc) from None

@@ -49,12 +49,22 @@ def _check(kind, name, value, host):
         return value_checks.boolean(name, value)
     if kind == "worker_binding":
         return value_checks.choice(name, value, WORKER_BINDINGS)
-    # exclude_gpus: a list of bus ids / UUIDs, or a mapping host -> list
+    # exclude_gpus: a list of GPU indices, bus ids, UUIDs or GPU<n>, or a mapping host -> list
+    # (placement/exclude.py resolves them against the host's GPUs)
     if isinstance(value, dict):
         value = value.get(host) or []
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        value_checks.fail(name, "must be a list of PCI bus ids or UUIDs (or a mapping host -> list)", value)
-    return [value_checks.text("%s[%d]" % (name, i), item) for i, item in enumerate(value)]
+        value_checks.fail(name, "must be a list of GPU indices, PCI bus ids, UUIDs or GPU<n> "
+                                "(or a mapping host -> list)", value)
+    return [_gpu_entry("%s[%d]" % (name, i), item) for i, item in enumerate(value)]
+
+
+def _gpu_entry(name, item):
+    if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+        return int(item)
+    if isinstance(item, str):
+        return value_checks.text(name, item)
+    return value_checks.fail(name, "must be a GPU index (0, 1, ...), a PCI bus id, a UUID or GPU<n>", item)
 
 
 def check_option(option, value, host, name):

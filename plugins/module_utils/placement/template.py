@@ -183,9 +183,13 @@ def _must_span(gpus, topo, opts, host, gpu_ids):
         raise PlacementError("host %s: none of its %d GPUs can be placed (%s)" % (
             host, len(gpu_ids), "; ".join("%s: %s" % (gpu_ids[u.position], u.reason) for u in gpus.unused)))
     if not opts.allow_span:
+        # a node whose socket is unknown stands as its own socket (rule 7): say what the facts know
+        known = set(s.known for s in gpus.sockets)
+        where = ("socket" if known == {True} else "NUMA node" if known == {False}
+                 else "socket (or NUMA node, where its socket is unknown)")
         raise PlacementError(
-            "host %s: tp_size %d does not fit on any socket (at most %d placeable GPUs share a socket); "
-            "set allow_span: true to let a group span sockets" % (host, tp, most_on_socket)
+            "host %s: tp_size %d does not fit on any %s (at most %d placeable GPUs share one); "
+            "set allow_span: true to let a group span them" % (host, tp, where, most_on_socket)
         )
     if tp > n:
         raise PlacementError("host %s: tp_size %d exceeds the %d placeable GPUs" % (host, tp, n))

@@ -176,12 +176,19 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
     GPUs, NUMA nodes and CPUs (hardware_record): kept with the
     host, so a later run checks its kept entries against it.
 
+    fresh["unplannable"], when present, maps each host that could not be
+    planned to why: it was not re-planned, so it keeps its entry.
+
     Returns {"plan": the new artifact, "replanned", "kept", "not_planned",
-    "dropped"} (sorted host lists). "not_planned" are hosts of the fleet
-    that neither this run nor an earlier one planned.
+    "dropped"} (sorted host lists) and "unplannable" (host -> reason).
+    "not_planned" are hosts of the fleet that neither this run nor an
+    earlier one planned.
     """
     _check_plan(fresh, "the fresh plan")
-    replanned = sorted(set(str(h) for h in replanned))
+    unplannable = fresh.get("unplannable") or {}
+    if not isinstance(unplannable, dict):
+        raise ValueError("the fresh plan's unplannable must map host -> reason")
+    replanned = sorted(set(str(h) for h in replanned) - set(map(str, unplannable)))
     fleet = set(str(h) for h in fleet_hosts)
     outside = [h for h in replanned if h not in fleet]
     if outside:
@@ -231,7 +238,8 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
         "warnings": sorted(warnings, key=host_of_warning),
         "totals": contract.plan_totals(len(gpus), sum(gpus.values()), instances),
     }
-    return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped}
+    return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped,
+            "unplannable": dict((str(h), str(why)) for h, why in sorted(unplannable.items()))}
 
 
 # What _drop_reformed leaves: the entries kept, the GPUs of those dropped, why.

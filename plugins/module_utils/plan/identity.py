@@ -216,15 +216,19 @@ def _mentions(warning, names):
 
 
 def _warnings(fresh, rest, held, facts):
-    """The re-plan's warnings, none of them about the GPUs held by survivors
-    (the re-plan saw those as excluded); the fresh plan's words about those
-    GPUs themselves (a GPU on a memory-only node) stay."""
-    names = set()
+    """The host's warnings: the fresh plan's about the host itself (naming no
+    GPU: SMT siblings, reserved cores) or about GPUs the survivors hold (a GPU
+    on a memory-only node), in the fresh plan's order, then the re-plan's
+    others, none of them about the held GPUs (the re-plan saw those as
+    excluded). A rerun that keeps every instance keeps every warning."""
+    held_names, all_names = set(), set()
     for gpu in facts.get("gpus") or ():
+        names = set(n for n in (gpu.get("id"), gpu.get("pci_bus_id"), gpu.get("uuid")) if n)
+        all_names |= names
         if gpu["id"] in held:
-            names.update(n for n in (gpu.get("id"), gpu.get("pci_bus_id"), gpu.get("uuid")) if n)
-    out = [w for w in rest if not _mentions(w, names)]
-    out += [w for w in fresh if _mentions(w, names) and w not in out]
+            held_names |= names
+    out = [w for w in fresh if not _mentions(w, all_names) or _mentions(w, held_names) or w in rest]
+    out += [w for w in rest if not _mentions(w, held_names) and w not in out]
     return out
 
 

@@ -75,13 +75,15 @@ def run_report(before, after, context):
     failed (those that failed or were unreachable), converged (those
     recorded as deployed), removed (taken down and forgotten this run),
     gateways (the inventory's), gateway_configured (whether the gateway
-    play ran on them), finish (the command that finishes a partial run).
+    play ran on them), finish (the command that finishes a partial run),
+    unplannable (optional: host -> why it could not be planned).
     """
     before = before or plan_record.empty_record()
     after = after or plan_record.empty_record()
     fleet = list(context["fleet"])
     failed, converged = set(context["failed"]), set(context["converged"])
     in_run = set(context["in_run"])
+    unplannable = context.get("unplannable") or {}
     lines = []
     for host in sorted(set(fleet) | set(before["hosts"]) | set(after["hosts"])):
         if host in converged:
@@ -93,6 +95,10 @@ def run_report(before, after, context):
             lines.append("to remove: %s: no longer in gpu_servers and not taken down in this run (%s); the gateway "
                          "no longer routes it, but its units may still run" % (
                              host, "failed or unreachable" if host in failed else "not in the inventory or the run"))
+        elif host in unplannable:
+            why = str(unplannable[host])
+            why = why[len("host %s: " % host):] if why.startswith("host %s: " % host) else why
+            lines.append("unplannable: %s: %s; it keeps %s" % (host, why, _kept_phrase(after, host)))
         elif host in failed:
             lines.append("failed: %s: not deployed (its errors are above); it keeps %s" % (
                 host, _kept_phrase(after, host)))

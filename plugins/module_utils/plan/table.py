@@ -10,7 +10,7 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
-__all__ = ("COLUMNS", "NODE_COLUMN", "plan_table")
+__all__ = ("COLUMNS", "NODE_COLUMN", "plan_table", "record_diff_table")
 
 # A column: its title, and how an instance entry shows in it.
 Column = namedtuple("Column", ("title", "cell"))
@@ -23,9 +23,16 @@ def _node(instance):
     return "%d/%d %s" % (multinode["node_rank"], multinode["nnodes"], multinode["head"])
 
 
+def _model(instance):
+    """The name clients ask for the instance's model by (the model itself
+    when no served name is set; '-' in a plan made without models)."""
+    return instance.get("served_model_name") or instance.get("model") or "-"
+
+
 COLUMNS = (
     Column("HOST", lambda i: i["host"]),
     Column("INSTANCE", lambda i: i["name"]),
+    Column("MODEL", _model),
     Column("GPUS", lambda i: ",".join(str(x) for x in i["gpu_indices"])),
     Column("NUMA", lambda i: ",".join(str(n) for n in i["numa_nodes"])),
     Column("CPUS", lambda i: i["cpus"]),
@@ -39,24 +46,55 @@ COLUMNS = (
 NODE_COLUMN = Column("NODE", _node)
 
 
+def _columns(entries):
+    if any(contract.multinode(i) for i in entries):
+        return COLUMNS + (NODE_COLUMN,)
+    return COLUMNS
+
+
+def _cells(instance, columns):
+    try:
+        return [str(column.cell(instance)) for column in columns]
+    except (KeyError, TypeError) as exc:
+        raise ValueError("plan instance %r lacks field %s" % (instance.get("name") if isinstance(instance, dict) else instance, exc))
+
+
+def _aligned(rows):
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows]
+
+
 def plan_table(plan):
     """Return the plan's instances as aligned text lines, then one line per
     unused GPU and a totals line. Raises ValueError for a non-plan."""
     entries = contract.instances(plan, "plan_table")
-    columns = COLUMNS
-    if any(contract.multinode(i) for i in entries):
-        columns = COLUMNS + (NODE_COLUMN,)
-    rows = [[column.title for column in columns]]
-    for instance in entries:
-        try:
-            rows.append([str(column.cell(instance)) for column in columns])
-        except (KeyError, TypeError) as exc:
-            raise ValueError("plan instance %r lacks field %s" % (instance.get("name") if isinstance(instance, dict) else instance, exc))
-    widths = [max(len(row[c]) for row in rows) for c in range(len(columns))]
-    lines = ["  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in rows]
+    columns = _columns(entries)
+    lines = _aligned([[column.title for column in columns]] + [_cells(i, columns) for i in entries])
     for gpu in plan.get("unused") or []:
         lines.append("unused: %s GPU %s (%s): %s" % (gpu.get("host"), gpu.get("index"), gpu.get("id"), gpu.get("reason")))
     totals = plan.get("totals") or {}
     if totals:
         lines.append(", ".join("%s %s" % (key.replace("_", " "), value) for key, value in sorted(totals.items())))
     return lines
+
+
+def record_diff_table(before, after):
+    """What changes in the kept record, per instance, as aligned lines: a
+    "-" row for an instance as it was, a "+" row as it will be (both for
+    one that changed), then how many stay as they are. Instances are
+    matched by host and name. Raises ValueError for a non-plan."""
+    old = dict(((i.get("host"), i.get("name")), i) for i in contract.instances(before, "record_diff_table"))
+    new = dict(((i.get("host"), i.get("name")), i) for i in contract.instances(after, "record_diff_table"))
+    columns = _columns(list(old.values()) + list(new.values()))
+    rows = [[""] + [column.title for column in columns]]
+    unchanged = 0
+    for key in sorted(set(old) | set(new), key=lambda k: (str(k[0]), str(k[1]))):
+        if old.get(key) == new.get(key):
+            unchanged += 1
+            continue
+        if key in old:
+            rows.append(["-"] + _cells(old[key], columns))
+        if key in new:
+            rows.append(["+"] + _cells(new[key], columns))
+    lines = _aligned(rows) if len(rows) > 1 else []
+    return lines + ["%d instance%s unchanged" % (unchanged, "" if unchanged == 1 else "s")]

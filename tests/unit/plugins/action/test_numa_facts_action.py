@@ -68,3 +68,24 @@ def test_action_capture_invalid_file_fails_task_with_message(tmp_path):
     assert rc != 0
     assert "bad.yml has unknown keys filez" in out
     assert "Traceback" not in out
+
+
+def test_adhoc_numa_facts_replays_each_hosts_numa_capture(tmp_path):
+    # Ad hoc, no capture= argument: each recorded host reports its own
+    # capture (TEST-NET-1 hosts: contacting one would fail), summary first.
+    h100 = os.path.join(REPO, "tests", "fixtures", "machines", "h100_sxm_8gpu_nvswitch", "capture.yml")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    ansible_connection: ssh\n  hosts:\n"
+        "    gpu-a:\n      ansible_host: 192.0.2.1\n      numa_capture: %s\n"
+        "    gpu-b:\n      ansible_host: 192.0.2.2\n      numa_capture: \"{{ '%s' }}\"\n" % (FIXTURE, h100))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(
+        [os.path.join(BIN, "ansible"), "all", "-i", str(inventory), "-m", "gpufleet.numa.numa_facts", "-f", "1"],
+        cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+        timeout=180, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "UNREACHABLE" not in proc.stdout
+    assert proc.stdout.count(FIXTURE) == 1 and proc.stdout.count(h100) == 1, proc.stdout[-4000:]
+    assert "rtx4090-8gpu: 2 NUMA node(s)" in proc.stdout

@@ -23,8 +23,8 @@ def test_plan_table_aligns_columns_and_lists_unused():
         "totals": {"instances": 2},
     }
     lines = plan_table(plan)
-    assert lines[0].split() == ["HOST", "INSTANCE", "GPUS", "NUMA", "CPUS", "MEMORY", "LINK", "TPxPP", "PORT"]
-    assert lines[1].split() == ["gpu-a", "vllm-0", "0,1,2,3", "0", "0-47,96-143", "bind", "NV18", "4x1", "8000"]
+    assert lines[0].split() == ["HOST", "INSTANCE", "MODEL", "GPUS", "NUMA", "CPUS", "MEMORY", "LINK", "TPxPP", "PORT"]
+    assert lines[1].split() == ["gpu-a", "vllm-0", "llama-3.1-70b", "0,1,2,3", "0", "0-47,96-143", "bind", "NV18", "4x1", "8000"]
     assert lines[0].index("CPUS") == lines[2].index("48-95,144-191")
     assert lines[3] == "unused: gpu-b GPU 7 (GPU7): NUMA node unknown"
     assert lines[4] == "instances 2"

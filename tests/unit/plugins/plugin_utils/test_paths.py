@@ -89,3 +89,51 @@ def test_file_in_directory_never_leaves_the_directory(name):
         assert str(exc).startswith("file name: must")
     else:
         assert os.path.dirname(path) == directory and os.path.basename(path) == name + ".yml"
+
+
+def test_default_artifacts_live_beside_the_inventory_directory(tmp_path):
+    inventory = tmp_path / "inventories" / "hetzner"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text("all: {}\n")
+    for sources in ([str(inventory)], [str(inventory / "hosts.yml")]):
+        assert controller_paths.default_artifact(sources, "gpufleet-plan.json", "gpufleet_plan_file") == \
+            str(tmp_path / "inventories" / "hetzner.gpufleet" / "gpufleet-plan.json")
+        assert controller_paths.default_artifact(sources, "captures", "record_dir") == \
+            str(tmp_path / "inventories" / "hetzner.gpufleet" / "captures")
+        # The default itself is never refused.
+        controller_paths.outside_inventories("gpufleet_plan_file", controller_paths.default_artifact(
+            sources, "gpufleet-plan.json", "gpufleet_plan_file"), sources)
+
+
+def test_a_path_inside_any_inventory_directory_is_refused_naming_the_variable(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    (second / "hosts.ini").write_text("x\n")
+    (tmp_path / "link").symlink_to(second)
+    sources = [str(first), str(second / "hosts.ini"), "gpu-a,gpu-b,"]
+    for path in (first / "gpufleet-plan.json", second / "captures", second, tmp_path / "link" / "reports" / "r.html",
+                 first / ".." / "b" / "x.json"):
+        with pytest.raises(ValueError, match=r"^record_dir: must not be inside the inventory directory .*\(got '"):
+            controller_paths.outside_inventories("record_dir", str(path), sources)
+    assert controller_paths.outside_inventories("record_dir", str(tmp_path / "a.gpufleet"), sources) == \
+        str(tmp_path / "a.gpufleet")
+
+
+def test_a_plan_at_the_old_default_place_is_never_silently_left_behind(tmp_path):
+    inventory = tmp_path / "prod"
+    inventory.mkdir()
+    (inventory / "gpufleet-plan.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"^gpufleet_plan_file: is unset, and a file is kept at the old default place.*"
+                                         r"mv .*/prod/gpufleet-plan.json .*/prod\.gpufleet/gpufleet-plan.json"):
+        controller_paths.default_artifact([str(inventory)], "gpufleet-plan.json", "gpufleet_plan_file", guard_old=True)
+    # Once moved (a plan at the new place), the new one is used.
+    (tmp_path / "prod.gpufleet").mkdir()
+    (tmp_path / "prod.gpufleet" / "gpufleet-plan.json").write_text("{}")
+    assert controller_paths.default_artifact([str(inventory)], "gpufleet-plan.json", "gpufleet_plan_file",
+                                             guard_old=True) == str(tmp_path / "prod.gpufleet" / "gpufleet-plan.json")
+
+
+def test_the_filesystem_root_as_inventory_has_no_place_beside_it():
+    with pytest.raises(ValueError, match=r"^ansible_inventory_sources: has no directory beside it"):
+        controller_paths.artifact_directory(["/"])

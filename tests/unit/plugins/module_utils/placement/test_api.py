@@ -194,7 +194,7 @@ def test_plan_host_unknown_sockets_make_each_node_its_own_socket():
     assert indices(plan) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [g["sockets"] for g in plan["groups"]] == [[], []]
     assert "socket unknown" in plan["groups"][0]["reason"]
-    with pytest.raises(placement.PlacementError, match="does not fit on any socket"):
+    with pytest.raises(placement.PlacementError, match="does not fit on any NUMA node"):
         placement.plan_host(facts, tp_size=8)
 
 

@@ -31,11 +31,22 @@ def test_one_host_plan_rows_unused_and_totals():
     plan = placement.plan_fleet({"gpu-a": RTX3090}, tp_size=1)
     lines = table.plan_table(plan)
     assert lines[0].split() == [c.title for c in table.COLUMNS]
-    assert lines[1].split() == ["gpu-a", "vllm-0", "1", "1", "8-15,24-31", "bind", "-", "1x1", "8000"]
+    assert lines[1].split() == ["gpu-a", "vllm-0", "-", "1", "1", "8-15,24-31", "bind", "-", "1x1", "8000"]
     assert lines[2] == ("unused: gpu-a GPU 0 (GPU0): NUMA node unknown (numa_node is null): cannot be placed "
                         "socket-locally")
     assert lines[3] == "gpus 2, gpus unused 1, gpus used 1, hosts 1, instances 1"
     assert len(lines) == 4
+
+
+def test_model_column_shows_the_served_name_else_the_model():
+    # A kept record carries each instance's model and served name (host_settings).
+    plan = placement.plan_fleet({"gpu-a": copy.deepcopy(H100)}, tp_size=4)
+    plan["instances"][0].update(model="org/Llama-3-70B", served_model_name="llama")
+    plan["instances"][1].update(model="org/Qwen-72B", served_model_name="")
+    lines = table.plan_table(plan)
+    start = lines[0].index("MODEL")
+    assert lines[0].split()[:3] == ["HOST", "INSTANCE", "MODEL"]
+    assert [line[start:].split()[0] for line in lines[1:3]] == ["llama", "org/Qwen-72B"]
 
 
 def test_columns_are_aligned_over_every_row():
@@ -60,7 +71,7 @@ def test_no_totals_and_no_unused_lines_when_the_plan_has_none():
     plan = placement.plan_fleet({"gpu-a": H100}, tp_size=4)
     plan.pop("totals")
     lines = table.plan_table(plan)
-    assert len(lines) == 3 and lines[2].split()[:3] == ["gpu-a", "vllm-1", "4,5,6,7"]
+    assert len(lines) == 3 and lines[2].split()[:4] == ["gpu-a", "vllm-1", "-", "4,5,6,7"]
     assert table.plan_table({"instances": []}) == [table.plan_table({"instances": []})[0]]
 
 
@@ -76,3 +87,16 @@ def test_an_instance_without_a_field_names_it(field):
 def test_a_non_plan_names_plan_table(plan):
     with pytest.raises(ValueError, match=r"^plan_table expects the dict returned by fleet_plan"):
         table.plan_table(plan)
+
+
+def test_record_diff_table_shows_changed_added_and_removed_instances_only():
+    before = placement.plan_fleet({"gpu-a": copy.deepcopy(H100)}, tp_size=4)
+    after = copy.deepcopy(before)
+    after["instances"][1]["port"] = 9001
+    after["instances"].append(dict(after["instances"][0], host="gpu-b"))
+    lines = table.record_diff_table(before, after)
+    assert lines[0].split()[:3] == ["HOST", "INSTANCE", "MODEL"]
+    assert [line.split()[:3] for line in lines[1:4]] == [["-", "gpu-a", "vllm-1"], ["+", "gpu-a", "vllm-1"],
+                                                        ["+", "gpu-b", "vllm-0"]]
+    assert lines[4] == "1 instance unchanged" and len(lines) == 5
+    assert table.record_diff_table(before, before) == ["2 instances unchanged"]

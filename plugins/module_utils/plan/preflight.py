@@ -1,0 +1,206 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The fleet's variables, checked together before anything changes.
+
+check_fleet() takes every GPU host's and every gateway's inventory
+variables (plain dicts, host -> {name: value}) and returns every error it
+finds as "HOST: VARIABLE: RULE (got VALUE)": the role vllm's variables
+(deploy/vllm/variables.check_variables, without what needs the host), the
+role gateway's (deploy/gateway/settings.check_settings, with a placeholder
+backend), the gpufleet_* placement settings, and names with one of the
+collection's prefixes that nothing reads. Messages never show a secret
+(the checks hide keys; an unknown name is shown, never its value).
+Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as vllm_variables
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
+
+PREFIXES = ("gpufleet_", "vllm_", "gateway_", "numa_", "audit_")
+
+# Variables the playbooks read besides the roles' (docs/deploy.md
+# "Playbook variables", playbooks/*.yml), and those the collection's own
+# inventories define for their staging directory (inventories/demo).
+PLAYBOOK_VARIABLES = (
+    "numa_capture", "gpufleet_node_address", "gpufleet_socket_ifname", "gpufleet_become", "gpufleet_plan_file",
+    "gpufleet_decommission", "audit_plan", "audit_report", "audit_fail_on", "audit_memory_threshold",
+    "audit_unit_prefix", "audit_become",
+) + tuple(variable for option, variable, kind in host_settings.SETTINGS)
+INVENTORY_VARIABLES = ("gpufleet_repo", "gpufleet_fixtures", "gpufleet_staging")
+
+# Inputs of a play keyword (serial): play keywords do not see inventory
+# variables, so one set there is silently ignored.
+PLAY_KEYWORD_VARIABLES = ("gpufleet_rollout_hosts_at_once",)
+
+# Facts the collection sets itself (set_fact); hostvars mixes them with the
+# inventory's variables.
+FACTS = ("vllm_deployed", "vllm_removed")
+
+# What the role vllm gets from the playbook, not from the inventory, and
+# what needs the host (the plan's instances, the service manager).
+VLLM_FROM_PLAYBOOK = {
+    "vllm_instances": [], "vllm_gateways": {}, "vllm_gateway_backends": [], "vllm_node_addresses": {},
+    "vllm_rollout_hosts": [],
+}
+GATEWAY_FROM_PLAYBOOK = {
+    "gateway_backends": [{"name": "preflight", "address": "127.0.0.1", "port": 1, "model": "preflight"}],
+    "gateway_backend_api_keys": {},
+}
+
+# Stands in for a key the check found wrong or missing, so that the checks
+# after it still run (never shown: the name is, not the value).
+PLACEHOLDER_KEY = "preflight-placeholder-key"
+SECRET_NAMES = ("vllm_api_key", "vllm_hf_token", "gateway_api_key")
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def derived_defaults(variables):
+    """The role defaults that defaults/main.yml derives from other variables
+    (Jinja there), derived the same way from VARIABLES (the host's values
+    over the role's defaults)."""
+    def number(name, add):
+        try:
+            return int(str(variables.get(name)).strip()) + add
+        except ValueError:
+            return variables.get(name)
+    return {
+        "vllm_hf_home": "%s/hf" % variables.get("vllm_state_dir"),
+        "vllm_cache_dir": "%s/cache" % variables.get("vllm_state_dir"),
+        "vllm_download_python": "%s/bin/python" % variables.get("vllm_venv"),
+        "vllm_rollout_hosts": [],
+        "vllm_timeout_start_sec": number("vllm_engine_ready_timeout", 900),
+        "vllm_timeout_stop_sec": number("vllm_shutdown_timeout", 60),
+    }
+
+
+def role_variables(defaults, variables, from_playbook):
+    """The role's variables as the play gives them: the defaults (templated
+    ones derived), the host's own values over them, the playbook's last."""
+    merged = dict(defaults)
+    merged.update(variables)
+    derived = derived_defaults(merged)
+    for name, value in defaults.items():
+        if name not in variables and isinstance(value, str) and "{{" in value:
+            merged[name] = derived.get(name, value)
+    merged.update(from_playbook)
+    return merged
+
+
+def _named(message):
+    """The variable an error message names first (VARIABLE: ..., VARIABLE[0]..., VARIABLE key...)."""
+    match = _NAME.match(message)
+    return match.group(0) if match else ""
+
+
+def all_errors(check, variables, stand_in):
+    """Every error CHECK(variables) raises, one per variable: after each, the
+    variable it names takes a value that passes (STAND_IN(name)), and the
+    check runs again; a name met twice, or one it does not take, ends it."""
+    variables = dict(variables)
+    errors = []
+    seen = set()
+    for dummy in range(len(variables) + 1):
+        try:
+            check(variables)
+            return errors
+        except ValueError as exc:
+            message = str(exc)
+        errors.append(message)
+        name = _named(message)
+        if name in seen or name not in variables:
+            return errors
+        seen.add(name)
+        variables[name] = stand_in(name)
+    return errors
+
+
+def vllm_errors(variables, defaults):
+    """The role vllm's errors for one GPU host (check_variables)."""
+    merged = role_variables(defaults, variables, VLLM_FROM_PLAYBOOK)
+    merged.setdefault("vllm_model", None)
+    merged["vllm_socket_ifname"] = variables.get("gpufleet_socket_ifname", "")
+
+    def stand_in(name):
+        if name in SECRET_NAMES:
+            return PLACEHOLDER_KEY
+        if name == "vllm_model":
+            return "preflight/model"
+        return role_variables(defaults, {}, VLLM_FROM_PLAYBOOK).get(name, defaults.get(name))
+    return all_errors(vllm_variables.check_variables, merged, stand_in)
+
+
+def gateway_errors(variables, defaults):
+    """The role gateway's errors for one gateway (check_settings), backends a placeholder."""
+    merged = role_variables(defaults, variables, GATEWAY_FROM_PLAYBOOK)
+    merged = dict((name, merged.get(name)) for name in gateway_settings.VARIABLES)
+
+    def stand_in(name):
+        return PLACEHOLDER_KEY if name in SECRET_NAMES else defaults.get(name)
+    return all_errors(gateway_settings.check_settings, merged, stand_in)
+
+
+def placement_errors(host, variables):
+    """The gpufleet_* placement settings of one GPU host, each checked."""
+    errors = []
+    for option, variable, kind in host_settings.SETTINGS:
+        if variable not in variables:
+            continue
+        try:
+            host_settings.host_settings({host: {variable: variables[variable]}}, [host])
+        except ValueError as exc:
+            errors.append(str(exc).split(": ", 1)[1] if str(exc).startswith("host ") else str(exc))
+    return errors
+
+
+def unknown_errors(variables, known, extra_vars=()):
+    """Names with the collection's prefixes that no role or playbook reads
+    (with the nearest known name), and play keyword inputs set in the
+    inventory (given with -e they are in EXTRA_VARS, and fine)."""
+    errors = []
+    for name in sorted(inventory_names(variables)):
+        if name in PLAY_KEYWORD_VARIABLES:
+            if name not in extra_vars:
+                errors.append("%s: is a play keyword input (serial), which inventory variables do not reach: "
+                              "give it with -e or in the playbook's vars" % name)
+        elif name not in known:
+            near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            errors.append("%s: is no variable of the collection%s" % (
+                name, " (did you mean %s?)" % near[0] if near else ""))
+    return errors
+
+
+def inventory_names(names):
+    """The names with the collection's prefixes that are not facts it sets."""
+    return [str(name) for name in names
+            if isinstance(name, str) and name.startswith(PREFIXES) and name not in FACTS]
+
+
+def known_names(spec_names):
+    """Every name the collection reads: the roles' argument specs (SPEC_NAMES), the playbooks', the inventories'."""
+    return set(spec_names) | set(PLAYBOOK_VARIABLES) | set(INVENTORY_VARIABLES) | set(PLAY_KEYWORD_VARIABLES)
+
+
+def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults, extra_vars=()):
+    """Every error of the fleet, as "HOST: VARIABLE: RULE (got VALUE)", GPU hosts then gateways, each sorted."""
+    known = known_names(spec_names)
+    errors = []
+    for host in sorted(gpu_hosts):
+        variables = gpu_hosts[host]
+        found = unknown_errors(variables, known, extra_vars) + placement_errors(host, variables)
+        found += vllm_errors(variables, vllm_defaults)
+        errors.extend("%s: %s" % (host, error) for error in found)
+    for host in sorted(gateways):
+        variables = gateways[host]
+        found = [] if host in gpu_hosts else unknown_errors(variables, known, extra_vars)
+        found += gateway_errors(variables, gateway_defaults)
+        errors.extend("%s: %s" % (host, error) for error in found)
+    return errors
+

@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The collection's own role files, read on the controller: every option
+name of the roles' meta/argument_specs.yml, and each role's defaults."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+ROLES = ("vllm", "gateway")
+
+
+def _load(role, *parts):
+    with open(os.path.join(ROLES_DIR, role, *parts), encoding="utf-8") as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def spec_names():
+    """Every option name of every entry point of the collection's roles."""
+    names = set()
+    for role in ROLES:
+        for entry in (_load(role, "meta", "argument_specs.yml").get("argument_specs") or {}).values():
+            names.update((entry or {}).get("options") or {})
+    return names
+
+
+def defaults(role):
+    """The role's defaults/main.yml as written (Jinja values unrendered)."""
+    return _load(role, "defaults", "main.yml")
+
+
+def extra_var_names():
+    """The names given with -e on this ansible-playbook's command line."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.utils.vars import load_extra_vars
+    return set(load_extra_vars(DataLoader()))

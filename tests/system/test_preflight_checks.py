@@ -1,0 +1,56 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Checked before anything changes: the real playbook on a copy of the demo
+inventory with one error of each kind stops in its first task, says every
+error at once (host and variable), and writes nothing at all."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+
+
+def test_one_broken_inventory_every_error_nothing_written(tmp_path):
+    inventory = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventories" / "demo", inventory)
+    with open(inventory / "group_vars" / "gateways.yml", "a", encoding="utf-8") as handle:
+        handle.write("gateway_listen_port: eighty\n")
+    with open(inventory / "group_vars" / "gpu_servers.yml", "a", encoding="utf-8") as handle:
+        handle.write("gpufleet_rollout_hosts_at_once: 2\n")
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    groups = hosts["all"]["children"]
+    groups["gpu_servers"]["hosts"]["demo-h100-nvswitch"].update(vllm_listen_host="0.0.0.0", gpufleet_tp_szie=2)
+    groups["gpu_servers"]["hosts"]["demo-a6000-nvlink"]["vllm_served_model_nmae"] = "llama-3.1-70b"
+    groups["gateways"]["hosts"]["lb-1"] = {"ansible_host": "127.0.0.5", "gateway_listen_address": "0.0.0.0",
+                                           "gateway_listen_port": 8081}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    staging = tmp_path / "staging"
+    env = dict(os.environ, GPUFLEET_REPO=str(REPO), GPUFLEET_STAGING=str(staging),
+               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), str(REPO / "playbooks" / "deploy_inference.yml"), "-i", str(inventory / "hosts.yml")],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=300)
+    out = proc.stdout
+    assert proc.returncode == 2, out[-4000:]
+    for expected in (
+            "demo-gateway: gateway_listen_port: must be an integer (got 'eighty')",
+            "lb-1: gateway_api_key: is required when the gateway listens beyond loopback",
+            "demo-h100-nvswitch: vllm_api_key: is required when vllm_listen_host is not a loopback address "
+            "(got 0.0.0.0)",
+            "demo-h100-nvswitch: gpufleet_tp_szie: is no variable of the collection (did you mean gpufleet_tp_size?)",
+            "demo-a6000-nvlink: vllm_served_model_nmae: is no variable of the collection "
+            "(did you mean vllm_served_model_name?)",
+            "demo-rtx4090-pcie: gpufleet_rollout_hosts_at_once: is a play keyword input (serial), which inventory "
+            "variables do not reach: give it with -e or in the playbook's vars"):
+        assert expected in out, out[-4000:]
+    # the first task of the run: no topology gathered, no argument_spec dump
+    assert "Gather NUMA topology facts" not in out
+    assert "argument_spec" not in out.lower()
+    # nothing at all written: no unit, no haproxy.cfg, no plan file
+    assert not staging.exists() or list(staging.rglob("*")) == []

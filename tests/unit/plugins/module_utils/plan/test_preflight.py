@@ -1,0 +1,107 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The fleet's variables checked together (module_utils/plan/preflight.py),
+against the roles' real argument specs and defaults."""
+
+import pathlib
+import re
+
+import yaml
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
+
+REPO = pathlib.Path(__file__).resolve().parents[5]
+SECRET = "s3cr3t-value-never-shown-0123456789"
+
+
+def check(gpu, gateways=None, extra_vars=()):
+    return preflight.check_fleet(gpu, gateways or {}, role_files.spec_names(), role_files.defaults("vllm"),
+                                 role_files.defaults("gateway"), extra_vars=extra_vars)
+
+
+def good_gpu(**more):
+    return dict({"vllm_model": "meta-llama/Llama-3.1-70B-Instruct", "gpufleet_tp_size": 4}, **more)
+
+
+def test_a_good_fleet_has_no_error():
+    assert check({"gpu-a": good_gpu()}, {"lb-1": {"gateway_listen_address": "127.0.0.1"}}) == []
+
+
+def test_every_error_of_every_host_in_one_list_secrets_hidden():
+    errors = check(
+        {"gpu-a": good_gpu(vllm_listen_host="0.0.0.0", vllm_hf_token="line\n" + SECRET, gpufleet_pp_size=0,
+                           vllm_health_delay="soon"),
+         "gpu-b": good_gpu(vllm_api_key="short")},
+        {"lb-1": {"gateway_listen_address": "0.0.0.0", "gateway_listen_port": "eighty"},
+         "lb-2": {"gateway_api_key": SECRET + "\n", "gateway_listen_address": "127.0.0.1"}})
+    text = "\n".join(errors)
+    for expected in (
+            "gpu-a: gpufleet_pp_size: must be at least 1 (got 0)",
+            "gpu-a: vllm_api_key: is required when vllm_listen_host is not a loopback address (got 0.0.0.0)",
+            "gpu-a: vllm_hf_token: must be a string on one line without control characters (value hidden)",
+            "gpu-a: vllm_health_delay: ",
+            "gpu-b: vllm_api_key: ",
+            "lb-1: gateway_api_key: is required when the gateway listens beyond loopback",
+            "lb-1: gateway_listen_port: must be an integer (got 'eighty')",
+            "lb-2: gateway_api_key: "):
+        assert expected in text, text
+    assert SECRET[:8] not in text and "short" not in text
+    # one error per line, each naming its host first
+    assert all(re.match(r"(gpu-a|gpu-b|lb-1|lb-2): [a-z_]+", error) for error in errors), errors
+
+
+def test_unknown_names_with_the_nearest_known_one():
+    errors = check({"gpu-a": good_gpu(gpufleet_tp_szie=2, vllm_served_model_nmae="llama", vllm_api_kye=SECRET,
+                                      numa_zzz=1, audit_reprot="/tmp/x", other_variable=1)},
+                   {"lb-1": {"gateway_listen_prot": 80}})
+    assert "gpu-a: gpufleet_tp_szie: is no variable of the collection (did you mean gpufleet_tp_size?)" in errors
+    assert ("gpu-a: vllm_served_model_nmae: is no variable of the collection (did you mean vllm_served_model_name?)"
+            in errors)
+    assert "gpu-a: vllm_api_kye: is no variable of the collection (did you mean vllm_api_key?)" in errors
+    assert "gpu-a: numa_zzz: is no variable of the collection" in errors
+    assert "gpu-a: audit_reprot: is no variable of the collection (did you mean audit_report?)" in errors
+    assert "lb-1: gateway_listen_prot: is no variable of the collection (did you mean gateway_listen_port?)" in errors
+    assert not any("other_variable" in error or SECRET in error for error in errors)
+
+
+def test_a_play_keyword_input_in_the_inventory():
+    errors = check({"gpu-a": good_gpu(gpufleet_rollout_hosts_at_once=2)})
+    assert errors == ["gpu-a: gpufleet_rollout_hosts_at_once: is a play keyword input (serial), which inventory "
+                      "variables do not reach: give it with -e or in the playbook's vars"]
+    # given with -e it reaches the play keyword (and hostvars): fine
+    assert check({"gpu-a": good_gpu(gpufleet_rollout_hosts_at_once=2)},
+                 extra_vars={"gpufleet_rollout_hosts_at_once"}) == []
+
+
+def test_facts_and_private_names_are_not_flagged():
+    names = ["vllm_deployed", "vllm_removed", "__gpufleet_run_plan", "__vllm", "ansible_facts",
+             "ansible_host", "gpufleet_tp_size", "inventory_hostname"]
+    assert preflight.inventory_names(names) == ["gpufleet_tp_size"]
+    assert check({"gpu-a": good_gpu(vllm_deployed={"instances": []}, vllm_removed=None)}) == []
+
+
+def test_the_names_the_playbooks_read_are_known():
+    """Every prefixed name a playbook, role task or the demo inventory uses is
+    known, a fact, a filter/module/lookup name, or a group."""
+    known = preflight.known_names(role_files.spec_names())
+    used = set()
+    for path in list((REPO / "playbooks").rglob("*.yml")) + list((REPO / "inventories").rglob("*.yml")):
+        used.update(re.findall(r"(?<![\w.])((?:gpufleet|vllm|gateway|numa|audit)_[a-z0-9_]+)\b(?!\.yml)", path.read_text()))
+    plugins = set(p.stem for d in ("filter", "modules", "lookup") for p in (REPO / "plugins" / d).glob("*"))
+    not_variables = plugins | {"gpufleet_leaving", "gpufleet_record", "gateway_configured"} | set(preflight.FACTS)
+    assert sorted(used - known - not_variables) == []
+
+
+def test_templated_defaults_are_all_derived():
+    """defaults/main.yml's Jinja values are the ones derived_defaults() derives."""
+    templated = set(name for role in role_files.ROLES for name, value in role_files.defaults(role).items()
+                    if isinstance(value, str) and "{{" in value)
+    assert templated == set(preflight.derived_defaults({}))
+
+
+def test_spec_names_are_the_argument_specs():
+    spec = yaml.safe_load((REPO / "roles" / "gateway" / "meta" / "argument_specs.yml").read_text())
+    assert set(spec["argument_specs"]["main"]["options"]) <= role_files.spec_names()
+    assert "vllm_remove_files" in role_files.spec_names()
