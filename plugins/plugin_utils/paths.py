@@ -119,14 +119,30 @@ def _inside(path, directory):
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
+def parsed_directories(sources):
+    """What Ansible reads as inventory: a directory source whole; of a file
+    source, the group_vars and host_vars beside it (the file's other
+    neighbours are not read)."""
+    parsed = []
+    for source in sources if isinstance(sources, (list, tuple)) else []:
+        if not isinstance(source, str) or not os.path.exists(source):
+            continue
+        if os.path.isdir(source):
+            parsed.extend(inventory_directories([source]))
+        else:
+            for directory in inventory_directories([source]):
+                parsed.extend(os.path.join(directory, sub) for sub in ("group_vars", "host_vars"))
+    return parsed
+
+
 def outside_inventories(name, path, sources):
-    """path, when it is not in (nor is) an inventory directory; ValueError
-    naming `name` otherwise: Ansible would parse what is written there as
-    inventory on the next run."""
+    """path, when it is not in (nor is) what Ansible reads as inventory
+    (parsed_directories); ValueError naming `name` otherwise: Ansible would
+    parse what is written there as inventory on the next run."""
     text(name, path)
     written = os.path.normpath(os.path.abspath(path))
     resolved = os.path.realpath(written)
-    for directory in inventory_directories(sources):
+    for directory in parsed_directories(sources):
         if _inside(written, directory) or _inside(resolved, directory):
             fail(name, "must not be inside the inventory directory %s (the next run would read it as inventory); "
                        "leave it unset for the default beside it (%s), or set it outside"

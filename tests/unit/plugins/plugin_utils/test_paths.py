@@ -112,10 +112,13 @@ def test_a_path_inside_any_inventory_directory_is_refused_naming_the_variable(tm
     (second / "hosts.ini").write_text("x\n")
     (tmp_path / "link").symlink_to(second)
     sources = [str(first), str(second / "hosts.ini"), "gpu-a,gpu-b,"]
-    for path in (first / "gpufleet-plan.json", second / "captures", second, tmp_path / "link" / "reports" / "r.html",
-                 first / ".." / "b" / "x.json"):
+    for path in (first / "gpufleet-plan.json", first, second / "group_vars" / "captures",
+                 tmp_path / "link" / "host_vars" / "r.html", first / ".." / "b" / "group_vars" / "x.json"):
         with pytest.raises(ValueError, match=r"^record_dir: must not be inside the inventory directory .*\(got '"):
             controller_paths.outside_inventories("record_dir", str(path), sources)
+    # Beside an inventory file, Ansible reads only its group_vars and host_vars.
+    for path in (second / "captures", second / "reports" / "r.html", tmp_path / "link" / "x.json"):
+        assert controller_paths.outside_inventories("record_dir", str(path), sources) == str(path)
     assert controller_paths.outside_inventories("record_dir", str(tmp_path / "a.gpufleet"), sources) == \
         str(tmp_path / "a.gpufleet")
 
