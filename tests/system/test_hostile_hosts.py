@@ -107,13 +107,14 @@ def test_record_topology_refuses_a_host_named_after_group_vars(tmp_path):
         {"all": {"hosts": {"gpu-a": dict(local), "../group_vars/all": dict(local)}}}))
     before = sorted(p for p in tmp_path.rglob("*") if ".ansible-tmp" not in p.parts)
 
-    result = playbook(tmp_path, "record_topology.yml", inventory, "-e", "record_dir=%s" % (inventory / "captures"))
+    # (captures beside the inventory: a record_dir inside it is refused)
+    result = playbook(tmp_path, "record_topology.yml", inventory, "-e", "record_dir=%s" % (tmp_path / "captures"))
     assert result.returncode != 0, result.stdout[-4000:]
     assert "inventory_hostname: must be a plain file name" in result.stdout
     assert "(got '../group_vars/all')" in result.stdout
     assert (inventory / "group_vars" / "all.yml").read_text() == planted
     written = sorted(p for p in tmp_path.rglob("*") if ".ansible-tmp" not in p.parts and p not in before)
-    assert written == [inventory / "captures", inventory / "captures" / "gpu-a.yml"]
+    assert written == [tmp_path / "captures", tmp_path / "captures" / "gpu-a.yml"]
 
 
 def test_deploy_takes_the_plan_file_from_the_controller_not_a_gpu_host(tmp_path):
