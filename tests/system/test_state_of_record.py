@@ -15,61 +15,22 @@ remove" and is no longer routed; the decommission playbook takes the rest
 down.
 """
 
-import json
-import os
-import pathlib
 import re
-import shutil
-import subprocess
 
 import pytest
-import yaml
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BIN = REPO / ".venv" / "bin"
-H100, RTX, A6000 = "demo-h100-nvswitch", "demo-rtx4090-pcie", "demo-a6000-nvlink"
+from ansible_collections.gpufleet.numa.tests.fixtures.demo_fleet import (
+    A6000, H100, RTX, demo_copy, record, routed, run_playbook as run, write_inventory)
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("record")
-    inventory = tmp / "inventory"
-    shutil.copytree(REPO / "inventories" / "demo" / "group_vars", inventory / "group_vars")
-    hosts = yaml.safe_load((REPO / "inventories" / "demo" / "hosts.yml").read_text())
-    return {"tmp": tmp, "inventory": inventory, "hosts": hosts, "staging": tmp / "staging"}
-
-
-def write_inventory(fleet, name, change=None):
-    hosts = json.loads(json.dumps(fleet["hosts"]))
-    if change:
-        change(hosts["all"]["children"])
-    path = fleet["inventory"] / name
-    path.write_text(yaml.safe_dump(hosts))
-    return path
-
-
-def run(fleet, playbook, inventory, *args, rc=0):
-    env = dict(os.environ, GPUFLEET_REPO=str(REPO), GPUFLEET_STAGING=str(fleet["staging"]),
-               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(REPO / "playbooks" / playbook), "-i", str(inventory), *args],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    assert proc.returncode == rc, proc.stdout[-5000:]
-    return " ".join(proc.stdout.split())  # the YAML callback folds long lines
-
-
-def record(fleet):
-    return json.loads((fleet["staging"] / "gpufleet-plan.json").read_text())
+    return demo_copy(tmp_path_factory.mktemp("record"))
 
 
 def recorded(fleet, host):
     """(name, GPU indices, port, CPUs) of the host's recorded instances."""
     return [(i["name"], i["gpu_indices"], i["port"], i["cpus"]) for i in record(fleet)["instances"] if i["host"] == host]
-
-
-def routed(fleet):
-    config = (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text()
-    return sorted(re.findall(r"^\s*server (\S+) \S+:(\d+)", config, re.M))
 
 
 def units(fleet, host):

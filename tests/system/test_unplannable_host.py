@@ -7,60 +7,33 @@ real HAProxy configuration checks: the other hosts deploy and are routed,
 the host keeps its recorded instances, and the run fails at its end naming it.
 """
 
-import json
-import os
-import pathlib
 import re
-import shutil
-import subprocess
 
 import pytest
-import yaml
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BIN = REPO / ".venv" / "bin"
-H100, RTX, A6000 = "demo-h100-nvswitch", "demo-rtx4090-pcie", "demo-a6000-nvlink"
+from ansible_collections.gpufleet.numa.tests.fixtures.demo_fleet import (
+    A6000, H100, RTX, demo_copy, record, routed, run_playbook, write_inventory)
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("unplannable")
-    inventory = tmp / "inventory"
-    shutil.copytree(REPO / "inventories" / "demo" / "group_vars", inventory / "group_vars")
-    hosts = yaml.safe_load((REPO / "inventories" / "demo" / "hosts.yml").read_text())
-    return {"tmp": tmp, "inventory": inventory, "hosts": hosts, "staging": tmp / "staging"}
-
-
-def write_inventory(fleet, name, host_vars=None):
-    hosts = json.loads(json.dumps(fleet["hosts"]))
-    for host, variables in (host_vars or {}).items():
-        hosts["all"]["children"]["gpu_servers"]["hosts"][host].update(variables)
-    path = fleet["inventory"] / name
-    path.write_text(yaml.safe_dump(hosts))
-    return path
+    return demo_copy(tmp_path_factory.mktemp("unplannable"))
 
 
 def run(fleet, inventory, rc=0):
-    env = dict(os.environ, GPUFLEET_REPO=str(REPO), GPUFLEET_STAGING=str(fleet["staging"]),
-               ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(REPO / "playbooks" / "deploy_inference.yml"), "-i", str(inventory)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=900)
-    assert (proc.returncode == 0) == (rc == 0), proc.stdout[-5000:]
-    return " ".join(proc.stdout.split())  # the YAML callback folds long lines
+    return run_playbook(fleet, "deploy_inference.yml", inventory, any_failure=rc != 0)
 
 
-def record(fleet):
-    return json.loads((fleet["staging"] / "gpufleet-plan.json").read_text())
+def host_vars(variables):
+    """A change for write_inventory: these GPU hosts' variables updated."""
+    def change(groups):
+        for host, values in variables.items():
+            groups["gpu_servers"]["hosts"][host].update(values)
+    return change
 
 
 def recorded(fleet, host):
     return [i for i in record(fleet)["instances"] if i["host"] == host]
-
-
-def routed(fleet):
-    config = (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text()
-    return sorted(re.findall(r"^\s*server (\S+) \S+:(\d+)", config, re.M))
 
 
 def test_one_unplannable_host_keeps_its_instances_while_the_others_deploy(fleet):
@@ -69,7 +42,7 @@ def test_one_unplannable_host_keeps_its_instances_while_the_others_deploy(fleet)
     assert all(before.values())
 
     # tp 16 fits none of the rtx4090's 8 GPUs: the others are planned again and deployed
-    out = run(fleet, write_inventory(fleet, "tp16.yml", {RTX: {"gpufleet_tp_size": 16}}), rc=2)
+    out = run(fleet, write_inventory(fleet, "tp16.yml", host_vars({RTX: {"gpufleet_tp_size": 16}})), rc=2)
     assert recorded(fleet, RTX) == before[RTX]
     assert recorded(fleet, H100) == before[H100] and recorded(fleet, A6000) == before[A6000]
     assert "planned again: %s, %s" % (A6000, H100) in out
