@@ -50,7 +50,7 @@ def plan_each(settings, facts, unplannable):
 
 def _plan_group(options, group, facts, unplannable):
     # each retry leaves one host out: at most len(group) + 1 tries
-    for _ in range(len(group) + 1):
+    for dummy_try in range(len(group) + 1):
         if not group:
             return None
         try:

@@ -203,4 +203,3 @@ def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults
         found += gateway_errors(variables, gateway_defaults)
         errors.extend("%s: %s" % (host, error) for error in found)
     return errors
-

@@ -52,8 +52,6 @@ def test_an_entry_that_names_no_gpu_says_which_host_entry_and_gpus(machines):
     assert len(text) < 1000
 
 
-
-
 def test_an_entry_of_no_gpu_form_names_the_host(machines):
     with pytest.raises(PlacementError, match=r"^host gpu-a: exclude_gpus holds 1.5, not a GPU index") as info:
         resolve_exclude("gpu-a", [1.5], machines["ndv4"])

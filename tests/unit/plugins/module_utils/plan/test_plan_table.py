@@ -96,7 +96,7 @@ def test_record_diff_table_shows_changed_added_and_removed_instances_only():
     after["instances"].append(dict(after["instances"][0], host="gpu-b"))
     lines = table.record_diff_table(before, after)
     assert lines[0].split()[:3] == ["HOST", "INSTANCE", "MODEL"]
-    assert [line.split()[:3] for line in lines[1:4]] == [["-", "gpu-a", "vllm-1"], ["+", "gpu-a", "vllm-1"],
-                                                        ["+", "gpu-b", "vllm-0"]]
+    assert [line.split()[:3] for line in lines[1:4]] == [
+        ["-", "gpu-a", "vllm-1"], ["+", "gpu-a", "vllm-1"], ["+", "gpu-b", "vllm-0"]]
     assert lines[4] == "1 instance unchanged" and len(lines) == 5
     assert table.record_diff_table(before, before) == ["2 instances unchanged"]
