@@ -76,10 +76,13 @@ def test_a_play_keyword_input_in_the_inventory():
 
 
 def test_facts_and_private_names_are_not_flagged():
-    names = ["vllm_deployed", "vllm_removed", "__gpufleet_run_plan", "__vllm", "ansible_facts",
+    names = ["vllm_deployed", "vllm_removed", "numa_topology", "__gpufleet_run_plan", "__vllm", "ansible_facts",
              "ansible_host", "gpufleet_tp_size", "inventory_hostname"]
     assert preflight.inventory_names(names) == ["gpufleet_tp_size"]
     assert check({"gpu-a": good_gpu(vllm_deployed={"instances": []}, vllm_removed=None)}) == []
+    # numa_facts' fact, there when a deploy runs after another in one ansible-playbook
+    assert check({"gpu-a": good_gpu(numa_topology={"schema_version": 1})}) == []
+    assert check({"gpu-a": good_gpu(numa_topologie={})}) == ["gpu-a: numa_topologie: is no variable of the collection"]
 
 
 def test_the_names_the_playbooks_read_are_known():
