@@ -26,7 +26,8 @@ def test_one_broken_inventory_every_error_nothing_written(tmp_path):
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
     groups = hosts["all"]["children"]
     groups["gpu_servers"]["hosts"]["demo-h100-nvswitch"].update(vllm_listen_host="0.0.0.0", gpufleet_tp_szie=2)
-    groups["gpu_servers"]["hosts"]["demo-a6000-nvlink"]["vllm_served_model_nmae"] = "llama-3.1-70b"
+    groups["gpu_servers"]["hosts"]["demo-a6000-nvlink"].update(vllm_served_model_nmae="llama-3.1-70b",
+                                                               vllm_extra_args={"enable-prefix-cacheing": True})
     groups["gateways"]["hosts"]["lb-1"] = {"ansible_host": "127.0.0.5", "gateway_listen_address": "0.0.0.0",
                                            "gateway_listen_port": 8081}
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
@@ -46,6 +47,8 @@ def test_one_broken_inventory_every_error_nothing_written(tmp_path):
             "demo-h100-nvswitch: gpufleet_tp_szie: is no variable of the collection (did you mean gpufleet_tp_size?)",
             "demo-a6000-nvlink: vllm_served_model_nmae: is no variable of the collection "
             "(did you mean vllm_served_model_name?)",
+            "demo-a6000-nvlink: vllm_extra_args key: is no option of vllm serve 0.33.0 (did you mean "
+            "enable-prefix-caching?) (got 'enable-prefix-cacheing')",
             "demo-rtx4090-pcie: gpufleet_rollout_hosts_at_once: is a play keyword input (serial), which inventory "
             "variables do not reach: give it with -e or in the playbook's vars"):
         assert expected in out, out[-4000:]

@@ -10,10 +10,12 @@ naming the variable and the rule. Pure functions, standard library only.
 
 from __future__ import annotations
 
+import difflib
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_options
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import model_source
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
@@ -274,8 +276,22 @@ def _check_extra_args(v, out):
         if key.replace("_", "-") in RESERVED_OPTIONS:
             vc.fail("vllm_extra_args key", "must not set options the unit sets itself (%s)"
                     % ", ".join(RESERVED_OPTIONS), key)
+        _check_engine_option(key, out)
         extra[key] = _yaml_value("vllm_extra_args.%s" % key, value)
     return {"vllm_extra_args": extra}
+
+
+def _check_engine_option(key, out):
+    """A key the pinned vLLM's parser knows (vLLM reads _ as -). vllm_version
+    names the engine the unit runs (also one at vllm_executable); another
+    version's options are not known here."""
+    if out["vllm_version"] != engine_options.VERSION:
+        return
+    option = key.replace("_", "-")
+    if option not in engine_options.OPTIONS:
+        near = difflib.get_close_matches(option, sorted(engine_options.OPTIONS), n=1, cutoff=0.6)
+        vc.fail("vllm_extra_args key", "is no option of vllm serve %s%s" % (
+            engine_options.VERSION, " (did you mean %s?)" % near[0] if near else ""), key)
 
 
 def _check_environment(v, out):
