@@ -548,20 +548,20 @@ def test_vllm_version_bump_rewrites_every_unit_and_restarts_every_instance(tmp_p
         return sorted(rewritten), json.loads((tmp_path / "report.json").read_text())
 
     names = ["gpufleet-%s.service" % i["name"] for i in instances]
-    rewritten, first = run("0.10.2")
+    rewritten, first = run("0.32.0")
     assert rewritten == names and first["restart"] == [i["name"] for i in instances]
     # Unchanged: nothing rewritten, nothing restarts, the same record.
-    rewritten, again = run("0.10.2")
+    rewritten, again = run("0.32.0")
     assert (rewritten, again["restart"], again["deployed"]) == ([], [], first["deployed"])
-    rewritten, bumped = run("0.11.0")
+    rewritten, bumped = run("0.34.0")
     assert rewritten == names and bumped["restart"] == [i["name"] for i in instances]
     deployed = bumped["deployed"]
-    assert deployed["engine"] == "vllm==0.11.0"
+    assert deployed["engine"] == "vllm==0.34.0"
     assert sorted(deployed["instances"]) == [i["name"] for i in instances]
     for name, entry in deployed["instances"].items():
         text = (units / entry["unit"]).read_bytes()
-        assert b"\nEnvironment=GPUFLEET_ENGINE=vllm==0.11.0\n" in text
-        assert entry == {"unit": "gpufleet-%s.service" % name, "engine": "vllm==0.11.0",
+        assert b"\nEnvironment=GPUFLEET_ENGINE=vllm==0.34.0\n" in text
+        assert entry == {"unit": "gpufleet-%s.service" % name, "engine": "vllm==0.34.0",
                          "unit_sha1": hashlib.sha1(text).hexdigest()}
         assert entry["unit_sha1"] != first["deployed"]["instances"][name]["unit_sha1"]
     # A host with no instance records none.

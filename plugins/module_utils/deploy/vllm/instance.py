@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import join_values
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, mapping
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, mapping, release as vllm_release
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
@@ -153,19 +153,13 @@ def check_instances(instances):
     return checked
 
 
-def _release(version):
-    """(major, minor) of a version such as 0.33.0 or 0.20.1rc1; None when it does not start so."""
-    match = re.match(r"([0-9]+)\.([0-9]+)", version)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
 def check_per_worker(instances, v):
     """Per-worker binding needs vLLM's --numa-bind (0.20 and newer) and
     spawned workers; say so before a unit fails at start."""
     per_worker = [inst["name"] for inst in instances if inst["mode"] == "per_worker"]
     if not per_worker:
         return
-    release = _release(v["vllm_version"])
+    release = vllm_release(v["vllm_version"])
     if not v["vllm_executable"] and release is not None and release < PER_WORKER_SINCE:
         raise ValueError(
             "vllm_version: %s has no per-worker NUMA binding (--numa-bind, vLLM %d.%d and newer), which the "

@@ -11,6 +11,7 @@ naming the variable and the rule. Pure functions, standard library only.
 from __future__ import annotations
 
 import difflib
+import re
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
@@ -86,6 +87,9 @@ _DIRECTIVE = r"[A-Z][A-Za-z]{1,63}"
 
 
 _VERSION = r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}"
+# The oldest vLLM whose `vllm serve` takes every option a unit passes:
+# --shutdown-timeout came in 0.18 (vllm-project/vllm#34730).
+OLDEST_VLLM = (0, 18)
 
 
 _PACKAGE = r"[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}"
@@ -235,11 +239,27 @@ def _check_access(v, out):
     return checked
 
 
+def release(version):
+    """(major, minor) of a version such as 0.33.0 or 0.20.1rc1; None when it does not start so."""
+    match = re.match(r"([0-9]+)\.([0-9]+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _check_version(v):
+    """vllm_version: a version, not older than the oldest one the units run on
+    (it names the engine at vllm_executable too: GPUFLEET_ENGINE)."""
+    version = vc.text("vllm_version", role_value(v, "vllm_version"), _VERSION, "must be a version of [0-9A-Za-z.+!_-]")
+    found = release(version)
+    if found is not None and found < OLDEST_VLLM:
+        vc.fail("vllm_version", "must be %d.%d or newer (the units pass --shutdown-timeout, which older vLLM "
+                "refuses at start)" % OLDEST_VLLM, version)
+    return version
+
+
 def _check_install(v, out):
     """What the role installs, and whether it manages the account and the service."""
     return {
-        "vllm_version": vc.text("vllm_version", role_value(v, "vllm_version"), _VERSION,
-                                "must be a version of [0-9A-Za-z.+!_-]"),
+        "vllm_version": _check_version(v),
         "vllm_python": vc.command_word("vllm_python", vc.text(
             "vllm_python", role_value(v, "vllm_python"), _PROGRAM, "must be a program name or path of [A-Za-z0-9_./+-]")),
         "vllm_packages": [

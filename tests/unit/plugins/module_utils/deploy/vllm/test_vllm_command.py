@@ -173,12 +173,12 @@ def test_reason_cannot_add_lines_or_continue_the_comment():
 def test_every_unit_records_its_engine_so_a_version_bump_changes_every_unit():
     """One name from one place: the install installs what each unit's GPUFLEET_ENGINE says."""
     instances = [INSTANCE, dict(INSTANCE, name="vllm-1", port=8001, dist_port=29100)]
-    old = host_state.host_units(instances, dict(VARIABLES, vllm_version="0.10.2"))
-    new = host_state.host_units(instances, dict(VARIABLES, vllm_version="0.11.0"))
-    assert old["engine"] == "vllm==0.10.2" and new["engine"] == "vllm==0.11.0"
+    old = host_state.host_units(instances, dict(VARIABLES, vllm_version="0.32.0"))
+    new = host_state.host_units(instances, dict(VARIABLES, vllm_version="0.34.0"))
+    assert old["engine"] == "vllm==0.32.0" and new["engine"] == "vllm==0.34.0"
     for before, after in zip(old["units"], new["units"]):
-        assert dict(before["environment"])["GPUFLEET_ENGINE"] == "vllm==0.10.2"
-        assert dict(after["environment"])["GPUFLEET_ENGINE"] == "vllm==0.11.0"
+        assert dict(before["environment"])["GPUFLEET_ENGINE"] == "vllm==0.32.0"
+        assert dict(after["environment"])["GPUFLEET_ENGINE"] == "vllm==0.34.0"
         # Nothing else of the unit differs.
         assert [pair for pair in after["environment"] if pair[0] != "GPUFLEET_ENGINE"] == [
             pair for pair in before["environment"] if pair[0] != "GPUFLEET_ENGINE"]

@@ -53,6 +53,9 @@ BAD_VARIABLES = [
     ({"vllm_numactl": "/usr/bin/../bin/numactl"}, "vllm_numactl: must not contain '..'"),
     ({"vllm_executable": "/opt/my vllm"}, "vllm_executable: must be an absolute path"),
     ({"vllm_version": "1.0 --index-url=http://x"}, "vllm_version: must be a version"),
+    ({"vllm_version": "0.4.0"}, "vllm_version: must be 0.18 or newer (the units pass --shutdown-timeout, which older "
+     "vLLM refuses at start) (got '0.4.0')"),
+    ({"vllm_version": "0.17.1", "vllm_executable": "/opt/v/bin/vllm"}, "vllm_version: must be 0.18 or newer"),
     ({"vllm_python": "-c"}, "vllm_python: must be a program name or path"),
     ({"vllm_packages": ["numactl", "-y"]}, "vllm_packages[1]: must be a package name"),
     ({"vllm_api_key": "sk-secret\nX=1"},
