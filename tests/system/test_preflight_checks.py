@@ -12,6 +12,8 @@ import subprocess
 
 import yaml
 
+from ansible_collections.gpufleet.numa.tests.fixtures import demo_fleet
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 
@@ -57,3 +59,20 @@ def test_one_broken_inventory_every_error_nothing_written(tmp_path):
     assert "argument_spec" not in out.lower()
     # nothing at all written: no unit, no haproxy.cfg, no plan file
     assert not staging.exists() or list(staging.rglob("*")) == []
+
+
+def test_a_gateway_on_a_backends_own_address_and_port_stops_before_anything_changes(tmp_path):
+    """The proposal's check: the gateway bound where demo-h100-nvswitch's
+    vllm-0 serves (127.0.0.2:8000) would keep one of them from starting."""
+    fleet = demo_fleet.demo_copy(tmp_path)
+
+    def clash(groups):
+        groups["gateways"]["hosts"]["demo-gateway"].update(gateway_listen_address="127.0.0.2",
+                                                           gateway_listen_port=8000)
+    out = demo_fleet.run_playbook(fleet, "deploy_inference.yml", demo_fleet.write_inventory(fleet, "hosts.yml", clash),
+                                  rc=2)
+    assert ("demo-gateway: gateway_listen_address: listens on 127.0.0.2:8000, where backend "
+            "demo-h100-nvswitch-vllm-0 serves (127.0.0.2:8000 on demo-h100-nvswitch): give the gateway another "
+            "port or address") in out
+    assert "Deploy one NUMA-bound vLLM unit" not in out
+    assert not fleet["staging"].exists() or list(fleet["staging"].rglob("*")) == []

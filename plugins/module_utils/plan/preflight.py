@@ -204,3 +204,30 @@ def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults
         found += gateway_errors(variables, gateway_defaults)
         errors.extend("%s: %s" % (host, error) for error in found)
     return errors
+
+
+WILDCARDS = ("0.0.0.0", "::")
+
+
+def listener_clashes(instances, gateways):
+    """Gateway listeners that take an instance's address:port: the address
+    the gateway sends to (instances: [{name, host, address, listen, port}],
+    the proposal's backends with each host's vllm_listen_host), or, on the
+    instance's own host, the same port on an overlapping address (equal, or
+    either a wildcard). gateways: {host: [(variable, address, port)]}.
+    One message per clash, sorted: HAProxy or the instance would not start."""
+    errors = []
+    for gateway in sorted(gateways):
+        for variable, address, port in gateways[gateway]:
+            for inst in instances:
+                if port != inst["port"]:
+                    continue
+                same_host = gateway == inst["host"] and (
+                    address == inst["listen"] or address in WILDCARDS or inst["listen"] in WILDCARDS)
+                if address == inst["address"] or same_host:
+                    errors.append("%s: %s: listens on %s:%d, where backend %s serves (%s:%d on %s): give the "
+                                  "gateway another port or address" % (
+                                      gateway, variable, address, port, inst["name"],
+                                      inst["listen"] if same_host else inst["address"], inst["port"], inst["host"]))
+    return sorted(errors)
+
