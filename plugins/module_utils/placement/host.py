@@ -20,6 +20,7 @@ import operator
 from typing import NamedTuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_name, read_host_facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError, PlanOptions
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.template import PlanKey, build_template
@@ -137,7 +138,21 @@ def host_warnings(template, view):
         warnings.append("%d GPU pair(s) have no link class in the facts (first: %s - %s); ranked below SYS"
                         % (template.missing_links.count, gpus[a].id, gpus[b].id))
     warnings.extend(template.notes)
+    warnings.extend(_few_cpus(template, view))
     return warnings
+
+
+def _few_cpus(template, view):
+    """An instance with fewer CPUs than GPUs: each GPU worker is a process
+    that feeds its GPU; sharing one CPU, they wait on each other."""
+    for grp in template.groups:
+        positions = [p for st in grp.stages for p in st.positions]
+        cpus = len(parse_cpulist(grp.cpus))
+        if cpus < len(positions):
+            yield ("the instance on GPUs %s gets %d CPU%s for %d GPUs (CPUs %s): each GPU's worker wants a CPU of "
+                   "its own (fewer reserved CPUs or smaller instances give it one)"
+                   % (",".join(str(view.gpus[p].index) for p in positions), cpus, "" if cpus == 1 else "s",
+                      len(positions), grp.cpus))
 
 
 _gpu_id = operator.itemgetter(0)  # Gpu.id
