@@ -7,6 +7,9 @@ proposal's instances serve); module_utils/plan/preflight.py."""
 
 from __future__ import annotations
 
+import json
+import os
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
@@ -31,6 +34,42 @@ def _inventory_variables(hostvars, host, errors):
     return out
 
 
+CONFIG_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _config_path(model):
+    """Where the model's config.json is on the controller: a local path, or
+    the snapshot of the Hugging Face cache's refs/main; None when not at hand."""
+    if os.path.isabs(model):
+        return os.path.join(model, "config.json")
+    if model.count("/") != 1:
+        return None
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+    repo = os.path.join(cache, "models--" + model.replace("/", "--"))
+    try:
+        with open(os.path.join(repo, "refs", "main")) as handle:
+            revision = handle.read().strip()
+    except OSError:
+        return None
+    return os.path.join(repo, "snapshots", revision, "config.json")
+
+
+def _model_configs(models):
+    """model -> (path, parsed config.json or None when it does not parse), for those at hand."""
+    configs = {}
+    for model in sorted(set(m for m in models if isinstance(m, str) and m)):
+        path = _config_path(model)
+        if path is None or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, "rb") as handle:
+                configs[model] = (path, json.loads(handle.read(CONFIG_MAX_BYTES).decode("utf-8")))
+        except (OSError, ValueError):
+            configs[model] = (path, None)
+    return configs
+
+
 def preflight_errors(hostvars, gpu_hosts, gateway_hosts=()):
     """Every error of the fleet's variables, one string each ([] when none)."""
     if not hasattr(hostvars, "keys"):
@@ -41,7 +80,8 @@ def preflight_errors(hostvars, gpu_hosts, gateway_hosts=()):
     try:
         errors.extend(preflight.check_fleet(
             gpu, gateways, role_files.spec_names(), role_files.defaults("vllm"), role_files.defaults("gateway"),
-            extra_vars=role_files.extra_var_names()))
+            extra_vars=role_files.extra_var_names(),
+            model_configs=_model_configs(v.get("vllm_model") for v in gpu.values())))
     except (OSError, ValueError) as exc:
         raise AnsibleFilterError("gpufleet.numa.preflight_errors: %s" % exc)
     return errors

@@ -76,3 +76,44 @@ def test_a_gateway_on_a_backends_own_address_and_port_stops_before_anything_chan
             "port or address") in out
     assert "Deploy one NUMA-bound vLLM unit" not in out
     assert not fleet["staging"].exists() or list(fleet["staging"].rglob("*")) == []
+
+
+def test_a_run_limited_to_the_gateway_is_checked_first(tmp_path):
+    fleet = demo_fleet.demo_copy(tmp_path)
+
+    def broken(groups):
+        groups["gateways"]["hosts"]["demo-gateway"]["gateway_listen_port"] = "eighty"
+    out = demo_fleet.run_playbook(fleet, "deploy_inference.yml", demo_fleet.write_inventory(fleet, "hosts.yml", broken),
+                                  "-l", "gateways", rc=2)
+    assert "demo-gateway: gateway_listen_port: must be an integer (got 'eighty')" in out
+    assert "argument_spec" not in out.lower()
+    assert not fleet["staging"].exists() or list(fleet["staging"].rglob("*")) == []
+
+
+def test_tp_the_models_heads_do_not_divide_stops_before_anything_changes(tmp_path, monkeypatch):
+    """The model's config.json at hand on the controller: a local path, and a
+    snapshot in the Hugging Face cache (refs/main)."""
+    model = tmp_path / "llama-70b"
+    model.mkdir()
+    (model / "config.json").write_text('{"num_attention_heads": 64, "num_hidden_layers": 80}')
+    snapshot = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"num_attention_heads": 2, "num_hidden_layers": 2}')
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    fleet = demo_fleet.demo_copy(tmp_path)
+
+    def change(groups):
+        groups["gpu_servers"]["hosts"][demo_fleet.H100].update(vllm_model=str(model), gpufleet_tp_size=3)
+        groups["gpu_servers"]["hosts"][demo_fleet.RTX].update(vllm_model="org/tiny", gpufleet_pp_size=4,
+                                                              gpufleet_tp_size=2)
+    out = demo_fleet.run_playbook(fleet, "deploy_inference.yml", demo_fleet.write_inventory(fleet, "hosts.yml", change),
+                                  rc=2)
+    assert ("demo-h100-nvswitch: gpufleet_tp_size: must divide the model's 64 attention heads (%s/config.json): "
+            "vLLM refuses it at start (got 3)" % model) in out
+    assert ("demo-rtx4090-pcie: gpufleet_pp_size: must be at most the model's 2 layers (%s/config.json): vLLM "
+            "refuses it at start (got 4)" % snapshot) in out
+    assert "demo-a6000-nvlink:" not in out.split("Check every variable of the fleet", 1)[1].split("PLAY RECAP")[0]
+    assert not fleet["staging"].exists() or list(fleet["staging"].rglob("*")) == []

@@ -189,14 +189,42 @@ def known_names(spec_names):
     return set(spec_names) | set(PLAYBOOK_VARIABLES) | set(INVENTORY_VARIABLES) | set(PLAY_KEYWORD_VARIABLES)
 
 
-def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults, extra_vars=()):
+def model_errors(variables, model_configs):
+    """tp and pp against the model's attention heads and layers, when its
+    config.json is at hand (model_configs: model -> (where, config)):
+    vLLM refuses a tp that does not divide the heads, and a pp above the
+    layers, only when it starts."""
+    model = variables.get("vllm_model")
+    if not isinstance(model, str) or model not in model_configs:
+        return []
+    where, config = model_configs[model]
+    if not isinstance(config, dict):
+        return ["vllm_model: %s is not a JSON object: vLLM cannot read the model" % where]
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    errors = []
+    for variable, field, rule, holds in (
+            ("gpufleet_tp_size", "num_attention_heads", "must divide the model's %d attention heads",
+             lambda size, count: count % size == 0),
+            ("gpufleet_pp_size", "num_hidden_layers", "must be at most the model's %d layers",
+             lambda size, count: size <= count)):
+        size, count = variables.get(variable, 1), text.get(field)
+        if _positive(size) and _positive(count) and not holds(size, count):
+            errors.append("%s: %s (%s): vLLM refuses it at start (got %d)" % (variable, rule % count, where, size))
+    return errors
+
+
+def _positive(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults, extra_vars=(), model_configs=None):
     """Every error of the fleet, as "HOST: VARIABLE: RULE (got VALUE)", GPU hosts then gateways, each sorted."""
     known = known_names(spec_names)
     errors = []
     for host in sorted(gpu_hosts):
         variables = gpu_hosts[host]
         found = unknown_errors(variables, known, extra_vars) + placement_errors(host, variables)
-        found += vllm_errors(variables, vllm_defaults)
+        found += vllm_errors(variables, vllm_defaults) + model_errors(variables, model_configs or {})
         errors.extend("%s: %s" % (host, error) for error in found)
     for host in sorted(gateways):
         variables = gateways[host]

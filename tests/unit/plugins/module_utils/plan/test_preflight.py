@@ -108,3 +108,23 @@ def test_spec_names_are_the_argument_specs():
     spec = yaml.safe_load((REPO / "roles" / "gateway" / "meta" / "argument_specs.yml").read_text())
     assert set(spec["argument_specs"]["main"]["options"]) <= role_files.spec_names()
     assert "vllm_remove_files" in role_files.spec_names()
+
+
+LLAMA_70B = {"num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80}
+
+
+def test_tp_and_pp_against_the_models_heads_and_layers():
+    configs = {"/models/llama": ("/models/llama/config.json", LLAMA_70B),
+               "org/vlm": ("hub/config.json", {"text_config": {"num_attention_heads": 28, "num_hidden_layers": 2}})}
+    assert preflight.model_errors({"vllm_model": "/models/llama", "gpufleet_tp_size": 3}, configs) == [
+        "gpufleet_tp_size: must divide the model's 64 attention heads (/models/llama/config.json): vLLM refuses it "
+        "at start (got 3)"]
+    assert preflight.model_errors({"vllm_model": "org/vlm", "gpufleet_tp_size": 4, "gpufleet_pp_size": 3}, configs) == [
+        "gpufleet_pp_size: must be at most the model's 2 layers (hub/config.json): vLLM refuses it at start (got 3)"]
+    for fine in ({"vllm_model": "/models/llama", "gpufleet_tp_size": 8, "gpufleet_pp_size": 2},
+                 {"vllm_model": "/models/llama"},  # tp 1
+                 {"vllm_model": "/models/other", "gpufleet_tp_size": 3},  # no config at hand
+                 {"vllm_model": "/models/llama", "gpufleet_tp_size": "3"}):  # placement_errors says that one
+        assert preflight.model_errors(fine, configs) == []
+    assert preflight.model_errors({"vllm_model": "/m"}, {"/m": ("/m/config.json", None)}) == [
+        "vllm_model: /m/config.json is not a JSON object: vLLM cannot read the model"]
