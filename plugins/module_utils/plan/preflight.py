@@ -258,4 +258,3 @@ def listener_clashes(instances, gateways):
                                       gateway, variable, address, port, inst["name"],
                                       inst["listen"] if same_host else inst["address"], inst["port"], inst["host"]))
     return sorted(errors)
-

@@ -81,6 +81,6 @@ def rendered_options():
 
 def test_every_rendered_option_is_the_engines():
     options = rendered_options()
-    assert len(set(case for case, _ in options)) >= 8
-    assert {"tensor-parallel-size", "numa-bind", "numa-bind-nodes", "max-model-len"} <= set(o for _, o in options)
+    assert len(set(case for case, option in options)) >= 8
+    assert {"tensor-parallel-size", "numa-bind", "numa-bind-nodes", "max-model-len"} <= set(o for case, o in options)
     assert [(case, o) for case, o in options if o not in engine_options.OPTIONS] == []
