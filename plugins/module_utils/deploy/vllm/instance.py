@@ -17,7 +17,8 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import join_values
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, mapping, release as vllm_release
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.engine_checks import release as vllm_release
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, mapping
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 

@@ -10,47 +10,39 @@ naming the variable and the rule. Pure functions, standard library only.
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_options
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import model_source
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
 # Options the unit sets itself; vllm_extra_args must not repeat them.
-
-
 RESERVED_OPTIONS = (
     "api-key", "config", "headless", "host", "master-addr", "master-port", "model", "nnodes", "node-rank",
     "numa-bind", "numa-bind-cpus", "numa-bind-nodes", "pipeline-parallel-size", "port", "served-model-name",
     "shutdown-timeout", "tensor-parallel-size",
 )
+
 # Set on a multi-node instance's units when vllm_socket_ifname names the interface.
-
-
 SOCKET_IFNAME_ENVIRONMENT = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
 # Environment variables the unit sets itself; vllm_environment must not repeat them.
-
-
 RESERVED_ENVIRONMENT = (
     "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "GPUFLEET_ENGINE", "HF_HOME", "HF_TOKEN", "TRITON_CACHE_DIR",
     "VLLM_API_KEY", "VLLM_CACHE_ROOT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_PORT", "XDG_CACHE_HOME",
 )
+
 # [Service] settings the unit writes itself; vllm_hardening must not repeat them.
-
-
 RESERVED_DIRECTIVES = (
     "CPUAffinity", "Environment", "EnvironmentFile", "Group", "KillMode", "LimitMEMLOCK", "LimitNOFILE",
     "NUMAMask", "NUMAPolicy", "ReadWritePaths", "Restart", "RestartSec", "SyslogIdentifier",
     "TimeoutStartSec", "TimeoutStopSec", "Type", "User", "WorkingDirectory",
 )
+
 # HAProxy backend of gateway_backends entries without a `backend` field.
-
-
 DEFAULT_GATEWAY_BACKEND = "vllm"
 
 # One [Service] directive of STRICT_HARDENING: a list value writes it once per element.
@@ -87,9 +79,6 @@ _DIRECTIVE = r"[A-Z][A-Za-z]{1,63}"
 
 
 _VERSION = r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}"
-# The oldest vLLM whose `vllm serve` takes every option a unit passes:
-# --shutdown-timeout came in 0.18 (vllm-project/vllm#34730).
-OLDEST_VLLM = (0, 18)
 
 
 _PACKAGE = r"[A-Za-z0-9][A-Za-z0-9.+_:~-]{0,127}"
@@ -239,27 +228,11 @@ def _check_access(v, out):
     return checked
 
 
-def release(version):
-    """(major, minor) of a version such as 0.33.0 or 0.20.1rc1; None when it does not start so."""
-    match = re.match(r"([0-9]+)\.([0-9]+)", version)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def _check_version(v):
-    """vllm_version: a version, not older than the oldest one the units run on
-    (it names the engine at vllm_executable too: GPUFLEET_ENGINE)."""
-    version = vc.text("vllm_version", role_value(v, "vllm_version"), _VERSION, "must be a version of [0-9A-Za-z.+!_-]")
-    found = release(version)
-    if found is not None and found < OLDEST_VLLM:
-        vc.fail("vllm_version", "must be %d.%d or newer (the units pass --shutdown-timeout, which older vLLM "
-                "refuses at start)" % OLDEST_VLLM, version)
-    return version
-
-
 def _check_install(v, out):
     """What the role installs, and whether it manages the account and the service."""
     return {
-        "vllm_version": _check_version(v),
+        "vllm_version": engine_checks.check_version(vc.text(
+            "vllm_version", role_value(v, "vllm_version"), _VERSION, "must be a version of [0-9A-Za-z.+!_-]")),
         "vllm_python": vc.command_word("vllm_python", vc.text(
             "vllm_python", role_value(v, "vllm_python"), _PROGRAM, "must be a program name or path of [A-Za-z0-9_./+-]")),
         "vllm_packages": [
@@ -296,22 +269,9 @@ def _check_extra_args(v, out):
         if key.replace("_", "-") in RESERVED_OPTIONS:
             vc.fail("vllm_extra_args key", "must not set options the unit sets itself (%s)"
                     % ", ".join(RESERVED_OPTIONS), key)
-        _check_engine_option(key, out)
+        engine_checks.check_option(key, out["vllm_version"])
         extra[key] = _yaml_value("vllm_extra_args.%s" % key, value)
     return {"vllm_extra_args": extra}
-
-
-def _check_engine_option(key, out):
-    """A key the pinned vLLM's parser knows (vLLM reads _ as -). vllm_version
-    names the engine the unit runs (also one at vllm_executable); another
-    version's options are not known here."""
-    if out["vllm_version"] != engine_options.VERSION:
-        return
-    option = key.replace("_", "-")
-    if option not in engine_options.OPTIONS:
-        near = difflib.get_close_matches(option, sorted(engine_options.OPTIONS), n=1, cutoff=0.6)
-        vc.fail("vllm_extra_args key", "is no option of vllm serve %s%s" % (
-            engine_options.VERSION, " (did you mean %s?)" % near[0] if near else ""), key)
 
 
 def _check_environment(v, out):
