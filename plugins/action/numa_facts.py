@@ -104,9 +104,9 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             # load_capture names the file it read; say which one the task asked for too.
             return dict(result, failed=True, msg="capture %s: %s" % (capture, to_text(exc)))
-        # The summary first: what a person reads of an ad-hoc result.
-        result = dict([("summary", summary(facts))], **result)
-        result.update(ansible_facts=dict(numa_topology=facts), capture_file=path)
+        # numa_summary sorts before numa_topology: what an ad-hoc run shows first.
+        lines = summary(facts)
+        result.update(summary=lines, ansible_facts=dict(numa_summary=lines, numa_topology=facts), capture_file=path)
         if facts["warnings"]:
             # Shown as [WARNING] lines, like the module's own on a live host.
             result["warnings"] = list(result.get("warnings") or []) + list(facts["warnings"])

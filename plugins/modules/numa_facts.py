@@ -56,7 +56,7 @@ options:
       - Handled by the action plugin; the target is not contacted.
       - Unset, a host with the C(numa_capture) host variable is replayed from
         that file (as the playbooks do), also in ad-hoc runs
-        (C(ansible all -m gpufleet.numa.numa_facts)); the result's first key is C(summary).
+        (C(ansible all -m gpufleet.numa.numa_facts)).
       - A capture is untrusted input (it may come from a bug report). Only a
         regular file of at most O(capture_max_bytes) is read; YAML anchors and
         aliases may add at most 10,000 nodes, nesting is limited to 32 levels,
@@ -128,7 +128,8 @@ notes:
   - Every entry of C(numa_topology.warnings) is also shown as an Ansible warning.
   - Facts gathering never reports C(changed).
   - What a host returns is data - of the module's result the action plugin keeps only the fields
-    documented under RETURN (C(ansible_facts.numa_topology), which must be a mapping, C(summary), C(capture))
+    documented under RETURN (C(ansible_facts.numa_topology), which must be a mapping, C(ansible_facts.numa_summary),
+    C(summary), C(capture))
     and Ansible's own (C(changed), C(failed), C(msg), C(warnings), ...). Any other key or fact is dropped
     with a warning naming it, so a host cannot set a variable of its own (docs/deploy.md, Controller-side paths).
 seealso:
@@ -166,6 +167,13 @@ ansible_facts:
   returned: always
   type: dict
   contains:
+    numa_summary:
+      description:
+        - The lines of O(summary) as a fact too. Callbacks print a result's keys sorted, so this is what an
+          ad-hoc run (C(ansible all -m gpufleet.numa.numa_facts)) shows first per host, before the topology.
+      returned: always
+      type: list
+      elements: str
     numa_topology:
       description: The host's topology, schema version 1 (docs/facts.md).
       returned: always
@@ -464,7 +472,8 @@ def main():
         module.fail_json(msg="numa_facts: %s" % exc)
     for warning in facts["warnings"]:
         module.warn(warning)
-    result = dict(changed=False, ansible_facts=dict(numa_topology=facts), summary=summary(facts))
+    lines = summary(facts)
+    result = dict(changed=False, ansible_facts=dict(numa_summary=lines, numa_topology=facts), summary=lines)
     if capture is not None:
         result["capture"] = capture
     module.exit_json(**result)

@@ -113,10 +113,10 @@ GENERIC_FIELDS = {
     "_ansible_parsed": "bool",
 }
 
-# numa_facts: its RETURN (ansible_facts.numa_topology, summary, capture).
+# numa_facts: its RETURN (ansible_facts.numa_topology and numa_summary, summary, capture).
 NUMA_FACTS_FIELDS = dict(GENERIC_FIELDS, ansible_facts=("map", "any", MAX_ITEMS), summary=("list", "any", MAX_ITEMS),
                          capture=("map", "any", MAX_ITEMS))
-NUMA_FACTS_FACTS = {"numa_topology": ("map", "any", MAX_ITEMS)}
+NUMA_FACTS_FACTS = {"numa_topology": ("map", "any", MAX_ITEMS), "numa_summary": ("list", "text", MAX_ITEMS)}
 
 # numa_audit: what the module reads on the target (its findings are the
 # controller's: module_utils/audit/result.py).

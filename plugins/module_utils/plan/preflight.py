@@ -42,7 +42,7 @@ PLAY_KEYWORD_VARIABLES = ("gpufleet_rollout_hosts_at_once",)
 # Facts the collection sets itself (set_fact, numa_facts); hostvars mixes
 # them with the inventory's variables, so a playbook run twice in one
 # ansible-playbook (an upgrade after a deploy) sees them on the second run.
-FACTS = ("vllm_deployed", "vllm_removed", "numa_topology")
+FACTS = ("vllm_deployed", "vllm_removed", "numa_topology", "numa_summary")
 
 # What the role vllm gets from the playbook, not from the inventory, and
 # what needs the host (the plan's instances, the service manager).

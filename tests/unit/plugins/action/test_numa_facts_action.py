@@ -8,6 +8,7 @@ other controller files, and the audit playbook honours numa_capture."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -89,3 +90,8 @@ def test_adhoc_numa_facts_replays_each_hosts_numa_capture(tmp_path):
     assert "UNREACHABLE" not in proc.stdout
     assert proc.stdout.count(FIXTURE) == 1 and proc.stdout.count(h100) == 1, proc.stdout[-4000:]
     assert "rtx4090-8gpu: 2 NUMA node(s)" in proc.stdout
+    # what a person sees first per host is the summary (numa_summary sorts before numa_topology)
+    for block in proc.stdout.split(" | SUCCESS =>")[1:]:
+        lines = [line.strip() for line in block.splitlines() if line.strip()]
+        assert lines[:2] == ["ansible_facts:", "numa_summary:"], lines[:6]
+        assert re.match(r"^- \S+: \d+ NUMA node\(s\), \d+ socket\(s\), \d+ GPU\(s\)", lines[2]), lines[:6]
