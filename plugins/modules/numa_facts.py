@@ -169,7 +169,7 @@ ansible_facts:
   contains:
     numa_summary:
       description:
-        - The lines of O(summary) as a fact too. Callbacks print a result's keys sorted, so this is what an
+        - The lines of RV(summary) as a fact too. Callbacks print a result's keys sorted, so this is what an
           ad-hoc run (C(ansible all -m gpufleet.numa.numa_facts)) shows first per host, before the topology.
       returned: always
       type: list
