@@ -130,6 +130,9 @@ def setup(work, hosts, per_host, startup):
             "vllm_user": getpass.getuser(),
             "vllm_group": grp.getgrgid(os.getgid()).gr_name,
             "vllm_executable": STUB,
+            # The stand-in, not vLLM: its own options (--stub-startup-delay)
+            # are not vllm serve 0.33.0's, which vllm_extra_args is checked against.
+            "vllm_version": "0.33.0+stand-in",
             "vllm_binding": "systemd",
             "vllm_nvidia_modprobe": "",
             "vllm_download_weights": False,
