@@ -87,27 +87,22 @@ def preflight_errors(hostvars, gpu_hosts, gateway_hosts=()):
     return errors
 
 
-def _role_value(variables, defaults, name):
-    return variables[name] if name in variables else defaults.get(name)
-
-
 def listener_clashes(backends, hostvars, gateway_hosts=()):
     """One error per gateway listener on an instance's address:port ([] when none)."""
     if not hasattr(hostvars, "keys"):
-        raise AnsibleFilterError("gpufleet.numa.listener_clashes expects hostvars as its first argument")
+        raise AnsibleFilterError("gpufleet.numa.listener_clashes expects hostvars as its second argument")
     errors = []
     vllm_defaults, gateway_defaults = role_files.defaults("vllm"), role_files.defaults("gateway")
     instances = []
     for backend in plain(backends) or []:
         own = _inventory_variables(hostvars, backend["host"], errors) if backend["host"] in hostvars else {}
-        instances.append(dict(backend, listen=str(_role_value(own, vllm_defaults, "vllm_listen_host"))))
+        merged = preflight.role_variables(vllm_defaults, own, {})
+        instances.append(dict(backend, listen=str(merged["vllm_listen_host"])))
     gateways = {}
     for host in gateway_hosts or []:
-        own = _inventory_variables(hostvars, host, errors)
-        listeners = [("gateway_listen_address", _role_value(own, gateway_defaults, "gateway_listen_address"),
-                      _role_value(own, gateway_defaults, "gateway_listen_port")),
-                     ("gateway_stats_address", _role_value(own, gateway_defaults, "gateway_stats_address"),
-                      _role_value(own, gateway_defaults, "gateway_stats_port"))]
+        merged = preflight.role_variables(gateway_defaults, _inventory_variables(hostvars, host, errors), {})
+        listeners = [("gateway_listen_address", merged["gateway_listen_address"], merged["gateway_listen_port"]),
+                     ("gateway_stats_address", merged["gateway_stats_address"], merged["gateway_stats_port"])]
         gateways[str(host)] = [(name, str(address), int(port)) for name, address, port in listeners if int(port)]
     return errors + preflight.listener_clashes(instances, gateways)
 
