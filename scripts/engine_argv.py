@@ -5,10 +5,11 @@ subcommand (make_arg_parser, positional model_tag), then serve's own
 validation of the parsed options.
 
 Reads JSON [{"case": NAME, "argv": [words after `vllm serve`]}] on standard
-input; writes JSON [{"case", "ok", "error", "namespace"}]: the parser's
-message where it refused the argv, else the parsed options (values that are
-not JSON as their repr). An --config FILE in an argv must be a real file
-(the parser reads it). Exit 0 when every case was read, parsed or not.
+input; writes JSON {"version", "results": [{"case", "ok", "error",
+"namespace"}]}: the parser's message where it refused the argv, else the
+parsed options (values that are not JSON as their repr). An --config FILE
+in an argv must be a real file (the parser reads it). Exit 0 when every
+case was read, parsed or not.
 """
 
 import argparse
