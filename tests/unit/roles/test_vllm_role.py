@@ -99,9 +99,14 @@ def tools():
 
 
 def plan_instances(case):
+    """The case's instances; a case with `fleet` is one host of a plan over those
+    hosts (each the recorded machine), named after the cases that render them."""
     spec = CASES[case]
     facts = topology.facts_from_capture(str(MACHINES / spec["machine"] / "capture.yml"))
-    return placement.plan_fleet({spec["machine"]: facts}, **spec["plan"])["instances"]
+    if "fleet" not in spec:
+        return placement.plan_fleet({spec["machine"]: facts}, **spec["plan"])["instances"]
+    plan = placement.plan_fleet(dict((host, facts) for host in spec["fleet"]), **spec["plan"])
+    return [instance for instance in plan["instances"] if instance["host"] == case]
 
 
 def staging_vars(root):

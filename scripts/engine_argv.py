@@ -1,0 +1,97 @@
+"""Parse command lines with `vllm serve`'s own argument parser, of the vLLM
+on PYTHONPATH (the pinned version's sources, scripts/engine-cache), the way
+the `vllm` command builds it: FlexibleArgumentParser with the serve
+subcommand (make_arg_parser, positional model_tag), then serve's own
+validation of the parsed options.
+
+Reads JSON [{"case": NAME, "argv": [words after `vllm serve`]}] on standard
+input; writes JSON {"version", "results": [{"case", "ok", "error",
+"namespace"}]}: the parser's message where it refused the argv, else the
+parsed options (values that are not JSON as their repr). An --config FILE
+in an argv must be a real file (the parser reads it). Exit 0 when every
+case was read, parsed or not.
+"""
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import sys
+
+import vllm
+
+
+# Where `vllm serve`'s parser has lived across releases (as in scripts/engine_options.py).
+PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.openai.cli_args",
+                  "vllm.entrypoints.launchers.cli_args")
+
+
+def cli_args_module():
+    for where in PARSER_MODULES:
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            continue
+        if hasattr(module, "make_arg_parser"):
+            return module
+    raise SystemExit("engine_argv: no make_arg_parser in %s" % ", ".join(PARSER_MODULES))
+
+
+def serve_parser():
+    """The top-level parser of `vllm` with its serve subcommand, as vllm.entrypoints.cli
+    builds them (without importing the server, which needs the CUDA build's packages),
+    and serve's validation of parsed options."""
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    cli_args = cli_args_module()
+    parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    cli_args.make_arg_parser(subparsers.add_parser("serve", usage="vllm serve [model_tag] [options]"))
+    return parser, getattr(cli_args, "validate_parsed_serve_args", lambda namespace: None)
+
+
+def json_value(value):
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def parse_case(parser, validate, argv):
+    """(error or None, namespace) of `vllm serve ARGV`."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            namespace = parser.parse_args(["serve"] + list(argv))
+            validate(namespace)
+    except SystemExit as exit_:
+        return (stderr.getvalue().strip() or "exit %s" % exit_.code), {}
+    except (ValueError, TypeError, AssertionError, argparse.ArgumentError) as error:
+        return "%s: %s" % (type(error).__name__, error), {}
+    if getattr(namespace, "model_tag", None) is not None:
+        namespace.model = namespace.model_tag  # what `vllm serve` does before it starts
+    return None, dict((k, json_value(v)) for k, v in sorted(vars(namespace).items()) if k != "dispatch_function")
+
+
+def main(argv):
+    options = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    options.add_argument("--version", help="fail unless this is the vLLM version imported")
+    args = options.parse_args(argv)
+    if args.version and vllm.__version__ != args.version:
+        raise SystemExit("engine_argv: vLLM %s imported, %s pinned" % (vllm.__version__, args.version))
+    cases = json.load(sys.stdin)
+    parser, validate = serve_parser()
+    results = []
+    for case in cases:
+        error, namespace = parse_case(parser, validate, case["argv"])
+        results.append({"case": case["case"], "ok": error is None, "error": error, "namespace": namespace})
+    json.dump({"version": vllm.__version__, "results": results}, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
