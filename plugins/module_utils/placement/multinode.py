@@ -37,6 +37,9 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
         raise PlacementError("nodes_per_instance %d needs at least %d hosts, got %d (%s)"
                              % (nodes, nodes, len(names), ", ".join(names) or "none"))
     check_master_port(opts)
+    if host_opts.get("device_class") == "cpu":
+        raise PlacementError("nodes_per_instance %d (gpufleet_nodes_per_instance) with gpufleet_device_class cpu: a CPU "
+                             "instance never spans hosts; leave it 1 (hosts %s)" % (nodes, ", ".join(names)))
     read = []
     for host in names:
         facts = host_facts(host, hosts[host])
