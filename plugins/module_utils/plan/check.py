@@ -11,7 +11,8 @@ pattern), bounds every size, makes entries unique per host, requires a
 multi-node instance's entries to agree, and checks each host's entries
 against the hardware the plan recorded for that host when it was planned
 (hosts[HOST].hardware: GPU ids and indices, NUMA nodes, CPUs). Plans
-written before the record existed are checked by schema only.
+written before the record existed are checked by schema only. Each
+instance's device and a CPU instance's ranks are plan/check_device.py's.
 
 Errors are ValueError("PLAN: FIELD: RULE (got VALUE)"), e.g.
 "/srv/plan.json: instances[3].binding.mems: must be NUMA nodes this host has
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import run_record
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_device, run_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
 
@@ -80,11 +81,12 @@ def _check_plan(plan):
 
 
 def _check_counts(instances, hosts):
-    """Before each entry is read: no host holds more instances than GPUs."""
+    """Before each entry is read: no host holds more GPU instances than GPUs."""
     counts = {}
     for entry in instances:
         host = entry.get("host") if isinstance(entry, dict) else None
-        if isinstance(host, str):
+        # CPU instances hold no GPU: one per NUMA node at most (_check_per_host)
+        if isinstance(host, str) and entry.get("device") != "cpu":
             counts[host] = counts.get(host, 0) + 1
     for host, count in sorted(counts.items()):
         gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
@@ -140,15 +142,19 @@ def _check_instance(where, entry, hosts):
     tp_size = _int(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
     pp_size = _int(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
     multinode = _check_multinode_field(where + ".multinode", entry.get("multinode"), host, pp_size)
-    local = contract.share(tp_size, pp_size, multinode["nnodes"] if multinode else 1).gpus
+    device = check_device.device(where, entry)
+    local = 0 if device == "cpu" else contract.share(tp_size, pp_size, multinode["nnodes"] if multinode else 1).gpus
     indices = [_index("%s.gpu_indices[%d]" % (where, i), g)
                for i, g in enumerate(_list(where + ".gpu_indices", entry["gpu_indices"], MAX_GPUS_PER_HOST))]
     known = [i for i in indices if i is not None]
+    if device == "cpu" and indices:
+        vc.fail(where + ".gpu_indices", "must be [] on a CPU instance (device cpu)", indices)
     if len(indices) != local or len(set(known)) != len(known):
         vc.fail(where + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs"
                 % (" / multinode.nnodes" if multinode else "", local), indices)
     gpus = _check_gpus(where + ".gpus", entry["gpus"], indices)
     binding = _check_binding(where + ".binding", entry["binding"], indices)
+    ranks = check_device.check_ranks(where, entry, device, tp_size, pp_size, multinode)
     cpus = set(binding["cpus"])
     if "cpus" in entry:
         cpus |= _cpus(where + ".cpus", entry["cpus"])
@@ -172,7 +178,7 @@ def _check_instance(where, entry, hosts):
     if "deployed" in entry:
         run_record.check_run(where + ".deployed", entry["deployed"])
     return {"where": where, "host": host, "name": name, "tp_size": tp_size, "pp_size": pp_size, "ports": ports,
-            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode,
+            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode, "ranks": ranks,
             "serves": (entry.get("model"), entry.get("served_model_name"))}
 
 
@@ -288,7 +294,8 @@ def _check_per_host(checked, hosts, records):
         seen = {}
         for inst in entries:
             keys = [("name", inst["name"])] + [("port", p) for p in inst["ports"]] + [
-                ("GPU", g) for pair in inst["gpus"] for g in pair if g is not None]
+                ("GPU", g) for pair in inst["gpus"] for g in pair if g is not None] + [
+                ("CPU instance's NUMA node", n) for n in inst["ranks"]]
             for key in keys:
                 if key in seen:
                     vc.fail(inst["where"], "must not share %s %s with %s on host %s"
