@@ -121,5 +121,5 @@ def test_a_cpu_host_is_planned_again_as_a_cpu_host():
     plan = {"instances": [{"host": "c", "name": "vllm-0", "gpus": [], "tp_size": 1, "pp_size": 1, "device": "cpu"}],
             "hosts": {"c": {"gpus": 0, "options": {"tp_size": 1, "device_class": "cpu"}}}}
     instances, options, unused = drift.deployed_for_host(plan, "c")
-    assert options == {"tp_size": 1, "device_class": "cpu"} and unused == []
+    assert options == {"tp_size": 1, "pp_size": 1, "device_class": "cpu"} and unused == []
     assert [i["name"] for i in instances] == ["vllm-0"]
