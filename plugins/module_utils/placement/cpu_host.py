@@ -32,6 +32,9 @@ def check_cpu_options(opts, host):
     if opts["pp_size"] > 1:
         raise _error(host, "pp_size %d (gpufleet_pp_size): a CPU host (gpufleet_device_class: cpu) runs tensor "
                            "parallel ranks only, one per NUMA node; leave pp_size 1" % opts["pp_size"])
+    if opts["worker_binding"] == "per_worker":
+        raise _error(host, "worker_binding per_worker (gpufleet_worker_binding) binds each GPU worker to its GPU's "
+                           "node; a CPU instance binds each rank to its node (binding.ranks): leave it auto or process")
     nodes = opts.get("nodes_per_instance", 1)
     if nodes > 1:
         raise _error(host, "nodes_per_instance %d (gpufleet_nodes_per_instance): a CPU instance never spans hosts "

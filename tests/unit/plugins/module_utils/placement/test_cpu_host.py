@@ -111,9 +111,12 @@ def test_max_instances_per_host_leaves_the_other_nodes_over():
     assert "h: NUMA node 1 left over: max_instances_per_host (1) reached" in plan["warnings"]
 
 
-def test_pipeline_stages_and_multi_node_instances_are_refused_on_a_cpu_host():
+def test_pipeline_stages_worker_binding_and_multi_node_instances_are_refused_on_a_cpu_host():
     with pytest.raises(placement.PlacementError, match=r"^host h: pp_size 2 \(gpufleet_pp_size\): a CPU host"):
         cpu_plan("mi50_8gpu_nps4", pp_size=2)
+    with pytest.raises(placement.PlacementError, match=r"^host h: worker_binding per_worker \(gpufleet_worker_binding\)"):
+        cpu_plan("mi50_8gpu_nps4", worker_binding="per_worker")
+    assert cpu_plan("mi50_8gpu_nps4", worker_binding="process")["instances"] == cpu_plan("mi50_8gpu_nps4")["instances"]
     fleet = {"a": machine("mi50_8gpu_nps4"), "b": machine("mi50_8gpu_nps4")}
     with pytest.raises(placement.PlacementError, match=r"^nodes_per_instance 2 \(gpufleet_nodes_per_instance\) with "
                                                        r"gpufleet_device_class cpu: a CPU instance never spans hosts"):
