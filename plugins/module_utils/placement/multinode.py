@@ -63,6 +63,11 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
                 raise PlacementError("%s (nodes_per_instance %d: each host runs pp_size %d / %d = %d pipeline "
                                      "stage(s))" % (exc, nodes, opts["pp_size"], nodes, share_opts["pp_size"]))
             (entry,) = plan["groups"]
+            if rank and entry["device"] != instances[-1]["device"]:
+                # NCCL and RCCL do not form one instance: every host of it serves on one class
+                raise PlacementError("nodes_per_instance %d: hosts %s and %s of one instance serve on %s and %s "
+                                     "GPUs (gpufleet_device_class); pair hosts of one class"
+                                     % (nodes, members[0], view.host, instances[-1]["device"], entry["device"]))
             nics = host_nics(facts, view.host, entry["numa_nodes"])
             entry["multinode"] = {
                 "nnodes": nodes,

@@ -178,7 +178,7 @@ def _check_instance(where, entry, hosts):
     if "deployed" in entry:
         run_record.check_run(where + ".deployed", entry["deployed"])
     return {"where": where, "host": host, "name": name, "tp_size": tp_size, "pp_size": pp_size, "ports": ports,
-            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode, "ranks": ranks,
+            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode, "ranks": ranks, "device": device,
             "serves": (entry.get("model"), entry.get("served_model_name"))}
 
 
@@ -334,7 +334,7 @@ def _check_multinode(checked):
             vc.fail(first["where"] + ".multinode.hosts", "must each hold one entry of instance %s (entries on: %s)"
                     % (name, ", ".join(on)), list(hosts))
         for inst in entries[1:]:
-            for field in ("tp_size", "pp_size", "serves"):
+            for field in ("tp_size", "pp_size", "serves", "device"):
                 if inst[field] != first[field]:
                     vc.fail(inst["where"] + "." + field, "must be the same on every host of multi-node instance "
                             "%s (%s has %s)" % (name, first["where"], vc.show(first[field])), inst[field])
