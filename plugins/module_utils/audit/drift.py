@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 PLAN_OPTION_KEYS = ("tp_size", "pp_size", "allow_span", "reserved_cpus_per_socket", "exclude_gpus",
-                    "max_instances_per_host", "worker_binding")
+                    "max_instances_per_host", "worker_binding", "device_class")
 
 
 def deployed_for_host(deployed, host):

@@ -9,7 +9,8 @@ is made here once: the field names of a plan and of an instance, which
 entry of a multi-node instance is its head (the one that serves the API),
 the HAProxy server name of an instance, what one host of a multi-node
 instance runs (its share), the name an instance serves its model under,
-the plan's totals, and where a host's topology facts sit in its
+the plan's totals, an instance's device class (an entry of a plan from
+before device classes is nvidia), and where a host's topology facts sit in its
 variables (the facts view). Pure functions over plain dicts, standard
 library only.
 """
@@ -29,6 +30,13 @@ ARTIFACT_FIELDS = ("artifact_version", "hosts") + PLAN_FIELDS
 INSTANCE_FIELDS = ("host", "name", "tp_size", "pp_size", "gpus", "gpu_indices", "binding", "port", "dist_port")
 BINDING_FIELDS = ("cpus", "mems", "policy", "by_node")
 MULTINODE_FIELDS = ("nnodes", "node_rank", "head", "hosts", "master_port")
+# What an instance runs on (its host's gpufleet_device_class as planned);
+# a CPU instance's binding.ranks hold RANK_FIELDS per rank, in node order.
+DEVICES = ("nvidia", "amd", "cpu")
+GPU_DEVICES = ("nvidia", "amd")
+RANK_FIELDS = ("node", "cpus", "memory_mb")
+# Plans written before device classes hold NVIDIA instances only.
+LEGACY_DEVICE = "nvidia"
 TOTALS_FIELDS = ("hosts", "instances", "gpus", "gpus_used", "gpus_unused")
 
 # What one host of an instance runs: its pipeline stages and its GPUs
@@ -53,6 +61,19 @@ def binding(instance):
     """The instance's binding {cpus, mems, policy, by_node, mode?, workers?}, or None."""
     value = instance.get("binding") if isinstance(instance, dict) else None
     return value if isinstance(value, dict) else None
+
+
+def device(instance):
+    """The instance's device class: its `device` field, "nvidia" for an entry
+    kept from a plan written before the field existed."""
+    return instance.get("device", LEGACY_DEVICE) if isinstance(instance, dict) else None
+
+
+def ranks(instance):
+    """A CPU instance's ranks [{node, cpus, memory_mb}] (binding.ranks), [] for a GPU instance."""
+    value = binding(instance)
+    value = value.get("ranks") if value is not None else None
+    return value if isinstance(value, list) else []
 
 
 def is_head(instance):

@@ -8,9 +8,10 @@ planner are checked: every field the planner reads, its shape and its
 type. Anything else fails with a PlacementError naming the host and the
 field path (placement/facts_checks.py says what is wrong). A numa_node of
 -1 (the kernel's NUMA_NO_NODE) reads as unknown, with a warning. A node's
-usable_cpus must be a subset of its cpus. Fields the planner does not read
-(memory_mb, vendor, pcie, nics, a node's kind, a GPU's memory_numa_node,
-...) are neither checked nor kept.
+usable_cpus must be a subset of its cpus. A GPU's vendor and a node's
+memory_mb are read for the device class (placement/device.py). Fields the
+planner does not read (a GPU's memory_mb, pcie, nics, a node's kind, a
+GPU's memory_numa_node, ...) are neither checked nor kept.
 
 The result is a frozen view in plain types: the GPUs' identities in PCI
 order, and a Topology holding everything else the planner reads. The plan
@@ -36,6 +37,7 @@ from typing import NamedTuple, Optional
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import pci as _pci
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import device
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import facts_checks as checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts_checks import ROOT, cpulist_cpus, fail
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
@@ -94,6 +96,9 @@ class HostFacts(NamedTuple):
     gpus: tuple  # Gpu, PCI order
     topology: Topology
     warnings: tuple  # what the reader itself noticed (numa_node -1)
+    # Read for the device class only (placement/device.py), outside the plan cache key:
+    vendors: tuple = ()  # per GPU (PCI order): its vendor, None when unknown
+    node_memory: tuple = ()  # ((node, memory_mb or None), ...) by node
 
 
 class GpuRow(NamedTuple):
@@ -357,7 +362,8 @@ def read_host_facts(facts, host=None):
     gpus = _read_gpus(facts, host, warnings)
     parts = _read_parts(facts, host, tuple(g.id for g in gpus.gpus))
     topology = Topology(gpus.numa_nodes, gpus.local_cpus, parts.links, parts.nodes, parts.sockets, parts.smt_siblings)
-    return HostFacts(host, gpus.gpus, topology, tuple(warnings))
+    return HostFacts(host, gpus.gpus, topology, tuple(warnings), device.read_vendors(facts, host, gpus.gpus),
+                     device.read_node_memory(facts, host))
 
 
 def host_facts(host, value):

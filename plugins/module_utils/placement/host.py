@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpu_host import plan_cpu_host
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.device import device_class
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_name, read_host_facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError, PlanOptions
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.template import PlanKey, build_template
@@ -82,6 +84,9 @@ def plan_host_view(view, opts, fleet_slots=None):
     the caller reports the host and plans the others.
     """
     try:
+        device, device_notes = device_class(view, opts.get("device_class", "auto"))
+        if device == "cpu":
+            return plan_cpu_host(view, opts, fleet_slots, device_notes)
         key = plan_key(view, opts)
         template = _TEMPLATES.get(key)
         if template is None:
@@ -90,7 +95,7 @@ def plan_host_view(view, opts, fleet_slots=None):
                 _TEMPLATES.clear()
             _TEMPLATES[key] = template
         slots = fleet_slots(len(template.groups), view.host) if fleet_slots is not None else None
-        return instantiate(template, view, slots)
+        return instantiate(template, view, slots, device)
     except PlacementError as exc:
         exc.host = view.host
         raise
@@ -162,8 +167,9 @@ _gpu_index = operator.itemgetter(2)  # Gpu.index
 _GPU_FIELDS = ("id", "pci_bus_id", "index", "uuid", "name")  # a plan's GPU entry: Gpu's fields, in its order
 
 
-def instantiate(template, view, fleet=None):
-    """The plan of one host from its template; with fleet (FleetSlots) the groups are fleet instances.
+def instantiate(template, view, fleet=None, device="nvidia"):
+    """The plan of one host from its template; with fleet (FleetSlots) the groups are fleet instances,
+    each on `device` (its host's device class: nvidia or amd).
 
     Every container is new (callers may change their plan); built with C-level maps where
     it can: a fleet of 10,000 hosts instantiates 40,000 groups.
@@ -191,6 +197,7 @@ def instantiate(template, view, fleet=None):
             indices += stage_indices
         binding = grp.binding
         group = {
+            "device": device,
             "gpus": list(map(dict, map(zip, itertools.repeat(_GPU_FIELDS), members))),
             "gpu_indices": indices,
             "stages": stage_out,

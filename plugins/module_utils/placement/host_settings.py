@@ -12,7 +12,11 @@ that the planner takes each host's own values instead of one host's.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import FLEET_OPTIONS, WORKER_BINDINGS
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import (
+    DEVICE_CLASSES,
+    FLEET_OPTIONS,
+    WORKER_BINDINGS,
+)
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 # option -> (inventory variable, kind); defaults are the planner's own
@@ -26,6 +30,7 @@ SETTINGS = (
     ("exclude_gpus", "gpufleet_exclude_gpus", "gpus"),
     ("max_instances_per_host", "gpufleet_max_instances_per_host", "positive_or_none"),
     ("worker_binding", "gpufleet_worker_binding", "worker_binding"),
+    ("device_class", "gpufleet_device_class", "device_class"),
     ("base_port", "gpufleet_base_port", "port"),
     ("port_stride", "gpufleet_port_stride", "positive"),
     ("dist_port_base", "gpufleet_dist_port_base", "port"),
@@ -49,6 +54,8 @@ def _check(kind, name, value, host):
         return value_checks.boolean(name, value)
     if kind == "worker_binding":
         return value_checks.choice(name, value, WORKER_BINDINGS)
+    if kind == "device_class":
+        return value_checks.choice(name, value, DEVICE_CLASSES)
     # exclude_gpus: a list of GPU indices, bus ids, UUIDs or GPU<n>, or a mapping host -> list
     # (placement/exclude.py resolves them against the host's GPUs)
     if isinstance(value, dict):

@@ -37,6 +37,9 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
         raise PlacementError("nodes_per_instance %d needs at least %d hosts, got %d (%s)"
                              % (nodes, nodes, len(names), ", ".join(names) or "none"))
     check_master_port(opts)
+    if host_opts.get("device_class") == "cpu":
+        raise PlacementError("nodes_per_instance %d (gpufleet_nodes_per_instance) with gpufleet_device_class cpu: a CPU "
+                             "instance never spans hosts; leave it 1 (hosts %s)" % (nodes, ", ".join(names)))
     read = []
     for host in names:
         facts = host_facts(host, hosts[host])
@@ -60,6 +63,11 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
                 raise PlacementError("%s (nodes_per_instance %d: each host runs pp_size %d / %d = %d pipeline "
                                      "stage(s))" % (exc, nodes, opts["pp_size"], nodes, share_opts["pp_size"]))
             (entry,) = plan["groups"]
+            if rank and entry["device"] != instances[-1]["device"]:
+                # NCCL and RCCL do not form one instance: every host of it serves on one class
+                raise PlacementError("nodes_per_instance %d: hosts %s and %s of one instance serve on %s and %s "
+                                     "GPUs (gpufleet_device_class); pair hosts of one class"
+                                     % (nodes, members[0], view.host, instances[-1]["device"], entry["device"]))
             nics = host_nics(facts, view.host, entry["numa_nodes"])
             entry["multinode"] = {
                 "nnodes": nodes,

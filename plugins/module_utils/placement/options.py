@@ -34,12 +34,16 @@ HOST_OPTIONS = {
     "exclude_gpus": (),
     "max_instances_per_host": None,
     "worker_binding": "auto",
+    "device_class": "auto",
 }
 # How an instance's processes are bound (docs/plan.md, binding.mode):
 # process: one binding for the whole process tree; per_worker: vLLM binds
 # each GPU worker to its GPU's node (--numa-bind); auto: per_worker for
 # pipeline-parallel instances, process for the others.
 WORKER_BINDINGS = ("auto", "process", "per_worker")
+# What a host serves on (docs/deploy.md, gpufleet_device_class): auto reads
+# it from its GPUs' vendor; cpu plans CPU instances from its NUMA nodes.
+DEVICE_CLASSES = ("auto", "nvidia", "amd", "cpu")
 FLEET_OPTIONS = dict(
     HOST_OPTIONS,
     base_port=8000,
@@ -107,6 +111,9 @@ def validate_options(options, allowed=None):
     if merged["worker_binding"] not in WORKER_BINDINGS:
         raise PlacementError("worker_binding must be one of %s, got %s"
                              % (", ".join(WORKER_BINDINGS), show(merged["worker_binding"])))
+    if merged["device_class"] not in DEVICE_CLASSES:
+        raise PlacementError("device_class must be one of %s, got %s"
+                             % (", ".join(DEVICE_CLASSES), show(merged["device_class"])))
     excl = merged["exclude_gpus"]
     if excl is None:
         excl = ()

@@ -11,7 +11,8 @@ pattern), bounds every size, makes entries unique per host, requires a
 multi-node instance's entries to agree, and checks each host's entries
 against the hardware the plan recorded for that host when it was planned
 (hosts[HOST].hardware: GPU ids and indices, NUMA nodes, CPUs). Plans
-written before the record existed are checked by schema only.
+written before the record existed are checked by schema only. Each
+instance's device and a CPU instance's ranks are plan/check_device.py's.
 
 Errors are ValueError("PLAN: FIELD: RULE (got VALUE)"), e.g.
 "/srv/plan.json: instances[3].binding.mems: must be NUMA nodes this host has
@@ -22,93 +23,30 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import run_record
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_device, run_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway.settings import INVENTORY_HOST, INVENTORY_HOST_RULE
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
 
-# Bounds on a kept plan: far above any fleet this collection serves, low
-# enough that a tampered file cannot make a run build millions of units.
-MAX_HOSTS = 10000
-MAX_ENTRIES = 100000              # instances, unused GPUs, warnings: each
-MAX_GPUS_PER_HOST = 4096          # GPU indices 0-4095, as vllm_units takes them
-MAX_NUMA_NODE = 1023              # Linux's MAX_NUMNODES is 1024
-MAX_TEXT = 4096
-MAX_NICS = 64
-
-_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}"
-_NAME_RULE = "must be [A-Za-z0-9_.-], starting with a letter or digit"
-_GPU_ID = r"[A-Za-z0-9][A-Za-z0-9:._-]{0,99}"
-_GPU_ID_RULE = "must be a GPU id (a PCI bus id, a UUID or GPU<index>)"
-_CPULIST = r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*"
-
-
-def _mapping(name, value):
-    if not isinstance(value, dict):
-        vc.fail(name, "must be a mapping", value)
-    return value
-
-
-def _list(name, value, maximum=MAX_ENTRIES, minimum=0):
-    if not isinstance(value, list):
-        vc.fail(name, "must be a list", value)
-    if len(value) > maximum:
-        vc.fail(name, "must hold at most %d entries" % maximum, "%d entries" % len(value))
-    if len(value) < minimum:
-        vc.fail(name, "must hold at least %d entries" % minimum, value)
-    return value
-
-
-def _short_text(name, value, allow_none=False):
-    """Free text shown in reports (reasons, warnings, links): a bounded string."""
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, str):
-        vc.fail(name, "must be a string", value)
-    if len(value) > MAX_TEXT:
-        vc.fail(name, "must be at most %d characters" % MAX_TEXT, value)
-    return value
-
-
-def _cpus(name, value, allow_empty=False):
-    if allow_empty and value == "":
-        return set()
-    vc.text(name, value, _CPULIST, "must be a cpulist such as 0-47,96-143")
-    try:
-        return set(parse_cpulist(value))
-    except ValueError as exc:
-        vc.fail(name, str(exc), value)
-
-
-def _nodes(name, value, minimum=0):
-    nodes = [_int("%s[%d]" % (name, i), n, 0, MAX_NUMA_NODE)
-             for i, n in enumerate(_list(name, value, MAX_NUMA_NODE + 1, minimum))]
-    if nodes != sorted(set(nodes)):
-        vc.fail(name, "must be a sorted list of distinct NUMA nodes", nodes)
-    return nodes
-
-
-def _int(name, value, minimum, maximum):
-    """A JSON integer in range (no string of digits, no boolean, no float)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        vc.fail(name, "must be an integer", value)
-    return vc.integer(name, value, minimum, maximum)
-
-
-def _index(name, value):
-    """A GPU index, or None where no source knows it (AMD GPUs read from sysfs alone)."""
-    return None if value is None else _int(name, value, 0, MAX_GPUS_PER_HOST - 1)
-
-
-def _port(name, value):
-    return _int(name, value, 1, 65535)
-
-
-def _host(name, value, hosts=None):
-    vc.text(name, value, INVENTORY_HOST, INVENTORY_HOST_RULE)
-    if hosts is not None and value not in hosts:
-        vc.fail(name, "must be a host of the plan's hosts", value)
-    return value
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan.check_values import (
+    GPU_ID as _GPU_ID,
+    GPU_ID_RULE as _GPU_ID_RULE,
+    MAX_ENTRIES,
+    MAX_GPUS_PER_HOST,
+    MAX_HOSTS,
+    MAX_NICS,
+    MAX_NUMA_NODE,
+    NAME as _NAME,
+    NAME_RULE as _NAME_RULE,
+    a_list as _list,
+    cpus as _cpus,
+    host as _host,
+    index as _index,
+    integer as _int,
+    mapping as _mapping,
+    nodes as _nodes,
+    port as _port,
+    short_text as _short_text,
+)
 
 
 def check_artifact(plan, name):
@@ -143,11 +81,12 @@ def _check_plan(plan):
 
 
 def _check_counts(instances, hosts):
-    """Before each entry is read: no host holds more instances than GPUs."""
+    """Before each entry is read: no host holds more GPU instances than GPUs."""
     counts = {}
     for entry in instances:
         host = entry.get("host") if isinstance(entry, dict) else None
-        if isinstance(host, str):
+        # CPU instances hold no GPU: one per NUMA node at most (_check_per_host)
+        if isinstance(host, str) and entry.get("device") != "cpu":
             counts[host] = counts.get(host, 0) + 1
     for host, count in sorted(counts.items()):
         gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
@@ -203,15 +142,19 @@ def _check_instance(where, entry, hosts):
     tp_size = _int(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
     pp_size = _int(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
     multinode = _check_multinode_field(where + ".multinode", entry.get("multinode"), host, pp_size)
-    local = contract.share(tp_size, pp_size, multinode["nnodes"] if multinode else 1).gpus
+    device = check_device.device(where, entry)
+    local = 0 if device == "cpu" else contract.share(tp_size, pp_size, multinode["nnodes"] if multinode else 1).gpus
     indices = [_index("%s.gpu_indices[%d]" % (where, i), g)
                for i, g in enumerate(_list(where + ".gpu_indices", entry["gpu_indices"], MAX_GPUS_PER_HOST))]
     known = [i for i in indices if i is not None]
+    if device == "cpu" and indices:
+        vc.fail(where + ".gpu_indices", "must be [] on a CPU instance (device cpu)", indices)
     if len(indices) != local or len(set(known)) != len(known):
         vc.fail(where + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs"
                 % (" / multinode.nnodes" if multinode else "", local), indices)
     gpus = _check_gpus(where + ".gpus", entry["gpus"], indices)
     binding = _check_binding(where + ".binding", entry["binding"], indices)
+    ranks = check_device.check_ranks(where, entry, device, tp_size, pp_size, multinode)
     cpus = set(binding["cpus"])
     if "cpus" in entry:
         cpus |= _cpus(where + ".cpus", entry["cpus"])
@@ -235,7 +178,7 @@ def _check_instance(where, entry, hosts):
     if "deployed" in entry:
         run_record.check_run(where + ".deployed", entry["deployed"])
     return {"where": where, "host": host, "name": name, "tp_size": tp_size, "pp_size": pp_size, "ports": ports,
-            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode,
+            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode, "ranks": ranks, "device": device,
             "serves": (entry.get("model"), entry.get("served_model_name"))}
 
 
@@ -351,7 +294,8 @@ def _check_per_host(checked, hosts, records):
         seen = {}
         for inst in entries:
             keys = [("name", inst["name"])] + [("port", p) for p in inst["ports"]] + [
-                ("GPU", g) for pair in inst["gpus"] for g in pair if g is not None]
+                ("GPU", g) for pair in inst["gpus"] for g in pair if g is not None] + [
+                ("CPU instance's NUMA node", n) for n in inst["ranks"]]
             for key in keys:
                 if key in seen:
                     vc.fail(inst["where"], "must not share %s %s with %s on host %s"
@@ -390,7 +334,7 @@ def _check_multinode(checked):
             vc.fail(first["where"] + ".multinode.hosts", "must each hold one entry of instance %s (entries on: %s)"
                     % (name, ", ".join(on)), list(hosts))
         for inst in entries[1:]:
-            for field in ("tp_size", "pp_size", "serves"):
+            for field in ("tp_size", "pp_size", "serves", "device"):
                 if inst[field] != first[field]:
                     vc.fail(inst["where"] + "." + field, "must be the same on every host of multi-node instance "
                             "%s (%s has %s)" % (name, first["where"], vc.show(first[field])), inst[field])

@@ -9,8 +9,9 @@ plan is the memory: an instance deployed on GPUs and CPUs that are all
 still there, under the same options, is kept exactly as deployed; only the
 rest of the host is planned again (through the planner the caller passes
 in), and every instance that is not kept takes the ordinal of a deployed
-instance on exactly its GPUs, else the lowest free one. Names and ports
-follow the ordinal through placement/fleet.py's slot_of.
+instance on exactly its GPUs (a CPU instance: its NUMA nodes), else the
+lowest free one. Names and ports follow the ordinal through
+placement/fleet.py's slot_of.
 
 Controller-side, plain dicts; one-host instances only (multi-node hosts
 keep their fresh plan).
@@ -98,12 +99,15 @@ def stable_host(host, part, old, entry, options, facts, replan):
     if same_options(host, options, entry.get("options")):
         survivors = survivors_of(old, facts, options.get("exclude_gpus") or ())
     if survivors:
-        rest = plan_rest(host, survivors, part, facts, options, replan)
+        if options.get("device_class") == "cpu":
+            rest = cpu_rest(host, survivors, part, facts, options)
+        else:
+            rest = plan_rest(host, survivors, part, facts, options, replan)
         if rest is None:
             survivors = []  # the change forces the fresh plan
         else:
             part = rest
-    kept = [_without_models(instance) for instance in survivors]
+    kept = [dict(_without_models(instance), device=contract.device(instance)) for instance in survivors]
     return HostPart(number(host, kept, part.instances, old, slots), part.unused, part.warnings)
 
 
@@ -115,7 +119,7 @@ def same_options(host, now, then):
     ours, theirs = [
         typed_options(host, dict((k, v) for k, v in options.items() if k != "exclude_gpus"))
         for options in (now, then)]
-    for key in SLOT_OPTIONS:
+    for key in SLOT_OPTIONS + ("device_class",):  # a plan from before device classes: auto
         ours.setdefault(key, FLEET_OPTIONS[key])
         theirs.setdefault(key, FLEET_OPTIONS[key])
     return ours == theirs
@@ -132,19 +136,25 @@ def usable_cpus(facts):
 
 def survivors_of(old, facts, exclude):
     """The deployed instances whose GPUs all sit on the host at the same
-    index, none excluded now, and whose CPUs are all still usable."""
+    index, none excluded now (a CPU instance: whose NUMA nodes all have
+    CPUs still), and whose CPUs are all still usable."""
     gpus = dict((gpu.get("id"), gpu) for gpu in facts.get("gpus") or ())
     excluded = set(exclude)
     usable = usable_cpus(facts)
+    cpu_nodes = set(node.get("id") for node in facts.get("numa_nodes") or () if node.get("cpus"))
 
     def present(member):
         gpu = gpus.get(member.get("id"))
         return (gpu is not None and gpu.get("index") == member.get("index")
                 and not excluded & set((gpu.get("id"), gpu.get("pci_bus_id"), gpu.get("uuid"))))
 
+    def placed(instance):
+        if contract.device(instance) == "cpu":
+            return bool(instance.get("numa_nodes")) and set(instance["numa_nodes"]) <= cpu_nodes
+        return instance.get("gpus") and all(map(present, instance["gpus"]))
+
     return [instance for instance in old
-            if instance.get("gpus") and all(map(present, instance["gpus"]))
-            and set(parse_cpulist(instance.get("cpus") or "")) <= usable]
+            if placed(instance) and set(parse_cpulist(instance.get("cpus") or "")) <= usable]
 
 
 def _gpu_ids(instances):
@@ -182,6 +192,32 @@ def plan_rest(host, survivors, fresh, facts, options, replan):
     unused = sorted((u for u in unused if u["id"] not in held),
                     key=lambda u: (u.get("index") is None, u.get("index") or 0, u["id"]))
     return HostPart(new, unused, _warnings(fresh.warnings, warnings, held, facts))
+
+
+def cpu_rest(host, survivors, fresh, facts, options):
+    """A CPU host's HostPart beside its survivors: the fresh instances on
+    NUMA nodes no survivor holds (a CPU instance is a function of its
+    nodes, and planning the rest again would move the reserved cores onto
+    them); None when they and the survivors are fewer than the fresh plan.
+    Its warnings name the nodes left over beside them."""
+    held = set(node for survivor in survivors for node in survivor["numa_nodes"])
+    new = [instance for instance in fresh.instances if not held & set(instance["numa_nodes"])]
+    cap = options.get("max_instances_per_host")
+    if cap is not None:
+        new = new[: max(0, cap - len(survivors))]
+    if len(survivors) + len(new) < len(fresh.instances):
+        return None
+    used = held | set(node for instance in new for node in instance["numa_nodes"])
+
+    def left_over(node):
+        return "%s: NUMA node %d left over" % (host, node)
+
+    warnings = [w for w in fresh.warnings if not any(str(w).startswith(left_over(n) + ":") for n in used)]
+    for node in sorted(n.get("id") for n in facts.get("numa_nodes") or () if n.get("cpus")):
+        if node not in used and not any(str(w).startswith(left_over(node) + ":") for w in warnings):
+            warnings.append("%s: too few NUMA nodes beside the instances kept as deployed for another of tp_size %s"
+                            % (left_over(node), options.get("tp_size", 1)))
+    return HostPart(new, fresh.unused, warnings)
 
 
 def _share_nodes(new, survivors):
@@ -246,10 +282,10 @@ def number(host, kept, others, old, slots):
     instance on exactly the GPUs of a deployed one takes its ordinal, the
     rest the lowest free ordinals in plan order; sorted by ordinal."""
     taken = set(instance["ordinal"] for instance in kept)
-    by_gpus = dict((frozenset(g["id"] for g in d["gpus"]), d["ordinal"]) for d in old)
+    by_place = dict((_place_of(d), d["ordinal"]) for d in old)
     ordinals = []
     for instance in others:
-        ordinal = by_gpus.get(frozenset(g["id"] for g in instance["gpus"]))
+        ordinal = by_place.get(_place_of(instance))
         if ordinal in taken:
             ordinal = None
         ordinals.append(ordinal)
@@ -261,6 +297,13 @@ def number(host, kept, others, old, slots):
     for instance, ordinal in zip(others, ordinals):
         place(instance, ordinal, slots)
     return sorted(kept + list(others), key=lambda instance: instance["ordinal"])
+
+
+def _place_of(instance):
+    """What an instance sits on: its GPUs, or a CPU instance's NUMA nodes."""
+    if contract.device(instance) == "cpu":
+        return frozenset(("node", n) for n in instance.get("numa_nodes") or ())
+    return frozenset(g["id"] for g in instance["gpus"])
 
 
 def place(instance, ordinal, slots):

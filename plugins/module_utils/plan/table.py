@@ -29,11 +29,18 @@ def _model(instance):
     return instance.get("served_model_name") or instance.get("model") or "-"
 
 
+def _gpus(instance):
+    """The instance's GPU indices; "cpu" for a CPU instance (it has none)."""
+    if contract.device(instance) == "cpu":
+        return "cpu"
+    return ",".join(str(x) for x in instance["gpu_indices"])
+
+
 COLUMNS = (
     Column("HOST", lambda i: i["host"]),
     Column("INSTANCE", lambda i: i["name"]),
     Column("MODEL", _model),
-    Column("GPUS", lambda i: ",".join(str(x) for x in i["gpu_indices"])),
+    Column("GPUS", _gpus),
     Column("NUMA", lambda i: ",".join(str(n) for n in i["numa_nodes"])),
     Column("CPUS", lambda i: i["cpus"]),
     Column("MEMORY", lambda i: i["memory_policy"]),

@@ -115,3 +115,11 @@ def test_replan_failure_is_a_finding_not_a_crash():
     result = run(DGX2, RUNNING, deployed=copy.deepcopy(dict(deployed, options={"tp_size": 16})))
     failed = by_code(result, "replan_failed")
     assert len(failed) == 1 and "tp_size 16 does not fit on any socket" in failed[0]["message"]
+
+
+def test_a_cpu_host_is_planned_again_as_a_cpu_host():
+    plan = {"instances": [{"host": "c", "name": "vllm-0", "gpus": [], "tp_size": 1, "pp_size": 1, "device": "cpu"}],
+            "hosts": {"c": {"gpus": 0, "options": {"tp_size": 1, "device_class": "cpu"}}}}
+    instances, options, unused = drift.deployed_for_host(plan, "c")
+    assert options == {"tp_size": 1, "pp_size": 1, "device_class": "cpu"} and unused == []
+    assert [i["name"] for i in instances] == ["vllm-0"]

@@ -38,9 +38,11 @@ READ = [
     r"links\[.*\]\[.*\]",
 ]
 IDENTITY = [r"gpus\[\d+\]\.(id|pci_bus_id|index|uuid|name)", r"hostname"]
+# Read for the device class (placement/device.py) and CPU ranks, beside the key.
+DEVICE = [r"gpus\[\d+\]\.vendor", r"numa_nodes\[\d+\]\.memory_mb"]
 UNREAD = [
-    r"gpus\[\d+\]\.(vendor|memory_mb|mig_mode|pcie.*|memory_numa_node)",
-    r"numa_nodes\[\d+\]\.(memory_mb|kind)",  # memory-only is read from cpus "" (the kind follows it)
+    r"gpus\[\d+\]\.(memory_mb|mig_mode|pcie.*|memory_numa_node)",
+    r"numa_nodes\[\d+\]\.kind",  # memory-only is read from cpus "" (the kind follows it)
     r"sockets\[\d+\]\.cpus",
     r"nics.*",  # gpu_links too
     r"sources.*",
@@ -49,7 +51,7 @@ UNREAD = [
 
 
 def kind(path):
-    for name, patterns in (("read", READ), ("identity", IDENTITY), ("unread", UNREAD)):
+    for name, patterns in (("read", READ), ("identity", IDENTITY), ("device", DEVICE), ("unread", UNREAD)):
         if any(re.fullmatch(p, path) for p in patterns):
             return name
     raise AssertionError("fact %s is not classified as read, identity or unread by the planner" % path)
@@ -150,6 +152,10 @@ def test_plan_key_changes_with_every_fact_the_planner_reads(path):
     parent[key] = changed(path, parent[key])
     if kind(path) == "read":
         assert key_of(facts) != key_of(BASE), path
+    elif kind(path) == "device":
+        assert key_of(facts) == key_of(BASE), path
+        view, base = (placement_facts.read_host_facts(f, "gpu-a") for f in (facts, BASE))
+        assert (view.vendors, view.node_memory) != (base.vendors, base.node_memory), path
     elif kind(path) == "unread":
         assert key_of(facts) == key_of(BASE), path
         assert plan_of(facts) == plan_of(BASE), path

@@ -45,3 +45,12 @@ def test_check_option_refuses_unknown_options():
 def test_host_models_served_name_defaults_to_the_model():
     models = host_settings.host_models({"a": {"vllm_model": "org/model"}, "b": {}}, ["a", "b"])
     assert models == {"a": {"model": "org/model", "served_model_name": "org/model"}}
+
+
+def test_host_settings_device_class_defaults_to_auto_and_is_checked():
+    settings = host_settings.host_settings({"a": {}, "b": {"gpufleet_device_class": "cpu"}}, ["a", "b"])
+    assert settings["a"]["device_class"] == "auto" and settings["b"]["device_class"] == "cpu"
+    with pytest.raises(ValueError, match=r"^host b: gpufleet_device_class: must be one of auto, nvidia, amd, cpu "
+                                         r"\(got 'tpu'\)"):
+        host_settings.host_settings({"b": {"gpufleet_device_class": "tpu"}}, ["b"])
+    assert host_settings.check_option("device_class", "amd", "a", "hosts.a.options.device_class") == "amd"

@@ -422,3 +422,16 @@ def test_the_audit_replans_a_host_as_its_share_of_the_instance():
         result = audit_result.audit_host(facts[host], None, host=host, deployed=kept)
         assert [f["code"] for f in result["findings"] if f["code"].startswith("replan")] == []
         assert [g["gpu_indices"] for g in result["today_plan"]["groups"]] == [instances[0]["gpu_indices"]]
+
+
+def test_an_instance_over_hosts_of_two_device_classes_is_refused():
+    hosts = fleet("h100_sxm_8gpu_nvswitch", ["gpu-a", "gpu-b"])
+    for gpu in hosts["gpu-b"]["gpus"]:
+        gpu["vendor"] = "amd"  # the same shape on AMD GPUs
+    with pytest.raises(placement.PlacementError, match=r"^nodes_per_instance 2: hosts gpu-a and gpu-b of one instance "
+                                                       r"serve on nvidia and amd GPUs \(gpufleet_device_class\)"):
+        placement.plan_fleet(hosts, tp_size=4, pp_size=4, nodes_per_instance=2)
+    for gpu in hosts["gpu-a"]["gpus"]:
+        gpu["vendor"] = "amd"
+    plan = placement.plan_fleet(hosts, tp_size=4, pp_size=4, nodes_per_instance=2)
+    assert [(i["host"], i["device"]) for i in plan["instances"]] == [("gpu-a", "amd"), ("gpu-b", "amd")]

@@ -172,6 +172,9 @@ TAMPERED = [
      r"instances\[3\]\.multinode\.master_port: must be the same on every host of multi-node instance vllm-0"),
     ("multinode_models_disagree", lambda p: _instance(p, "gpu-m2").update(served_model_name="other"),
      r"instances\[3\]\.serves: must be the same on every host of multi-node instance vllm-0"),
+    ("multinode_devices_disagree", lambda p: _instance(p, "gpu-m2").update(device="amd"),
+     r"instances\[3\]\.device: must be the same on every host of multi-node instance vllm-0 \(instances\[2\] has "
+     r"'nvidia'\)"),
     ("multinode_nnodes_one", lambda p: _instance(p, "gpu-m2")["multinode"].update(nnodes=1),
      r"instances\[3\]\.multinode\.nnodes: must be at least 2"),
     ("tp_size_text", _set(["tp_size"], "4"), I + r"\.tp_size: must be an integer \(got '4'\)"),

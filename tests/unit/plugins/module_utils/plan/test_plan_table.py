@@ -38,6 +38,13 @@ def test_one_host_plan_rows_unused_and_totals():
     assert len(lines) == 4
 
 
+def test_cpu_instances_show_cpu_in_the_gpus_column():
+    plan = placement.plan_fleet({"cpu-a": machine("this_machine_ci")}, tp_size=1, device_class="cpu")
+    lines = table.plan_table(plan)
+    assert lines[1].split() == ["cpu-a", "vllm-0", "-", "cpu", "0", "0-1", "bind", "-", "1x1", "8000"]
+    assert lines[2] == "gpus 0, gpus unused 0, gpus used 0, hosts 1, instances 1"
+
+
 def test_model_column_shows_the_served_name_else_the_model():
     # A kept record carries each instance's model and served name (host_settings).
     plan = placement.plan_fleet({"gpu-a": copy.deepcopy(H100)}, tp_size=4)

@@ -128,3 +128,12 @@ def test_tp_and_pp_against_the_models_heads_and_layers():
         assert preflight.model_errors(fine, configs) == []
     assert preflight.model_errors({"vllm_model": "/m"}, {"/m": ("/m/config.json", None)}) == [
         "vllm_model: /m/config.json is not a JSON object: vLLM cannot read the model"]
+
+
+def test_gpufleet_device_class_is_a_known_variable_checked_by_value():
+    assert check({"gpu-a": good_gpu(gpufleet_device_class="cpu")}) == []
+    assert check({"gpu-a": good_gpu(gpufleet_device_class="rocm")}) == [
+        "gpu-a: gpufleet_device_class: must be one of auto, nvidia, amd, cpu (got 'rocm')"]
+    errors = check({"gpu-a": good_gpu(gpufleet_device_clas="cpu")})
+    assert errors == ["gpu-a: gpufleet_device_clas: is no variable of the collection (did you mean "
+                      "gpufleet_device_class?)"]
