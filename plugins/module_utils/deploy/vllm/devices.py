@@ -88,8 +88,10 @@ def host_device(instances):
     found = {}
     for i, instance in enumerate(instances if isinstance(instances, (list, tuple)) else []):
         if isinstance(instance, dict):
-            found.setdefault(instance_device("vllm_instances[%d]" % i, instance), []).append(
-                str(instance.get("name", i)))
+            label = "vllm_instances[%d]" % i
+            if isinstance(instance.get("name"), str):
+                label += " (%s)" % instance["name"]
+            found.setdefault(instance_device(label, instance), []).append(str(instance.get("name", i)))
     if len(found) > 1:
         raise ValueError("vllm_instances: mix device classes on one host (%s): a host serves on one class "
                          "(gpufleet_device_class); replan it" % "; ".join(

@@ -53,9 +53,9 @@ def check_instance(index, instance):
     pp_size = vc.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
     gpus = [vc.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
             for i, g in enumerate(as_list(label + ".gpu_indices", instance["gpu_indices"]))]
-    multinode = _multinode(label, instance.get("multinode"), pp_size)
     if device == "cpu":
-        _check_cpu_shape(label, pp_size, multinode, gpus)
+        _check_cpu_shape(label, pp_size, instance.get("multinode"), gpus)
+    multinode = _multinode(label, instance.get("multinode"), pp_size)
     nnodes = multinode["nnodes"] if multinode else 1
     local = contract.share(tp_size, pp_size, nnodes).gpus if device != "cpu" else 0
     if len(gpus) != local or len(set(gpus)) != len(gpus):
