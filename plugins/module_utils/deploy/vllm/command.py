@@ -73,7 +73,10 @@ def drain_targets(instance_name, v, inventory_host):
 
 
 def instance_unit(inst, v, inventory_host="this host"):
-    """The argv, environment and directives of one instance's unit."""
+    """The argv, environment and directives of one instance's unit (INST as
+    check_instance returns it; one without device is nvidia, as a kept plan
+    entry without it is)."""
+    inst = dict(inst, device=devices.instance_device(inst["name"], inst), ranks=inst.get("ranks", []))
     unit = v["vllm_unit_prefix"] + inst["name"]
     prefix, numa = _binding(inst, v)
     command = prefix + devices.engine_command(inst, v)
