@@ -129,9 +129,12 @@ def host_units(instances, variables):
      (extra_args of the install, packages removed after it), download,
      manage_service, variables (checked)}.
     """
+    # The instances first: their device class decides what the variables may be.
+    if instances is None:
+        raise ValueError("vllm_instances: is required (got None)")
+    checked = check_instances(instances)
     v = check_variables(dict(variables, vllm_instances=instances))
     host = variables.get("host", "this host")
-    checked = check_instances(instances)
     check_per_worker(checked, v)
     check_multinode(checked, v, variables.get("host"))
     units = [instance_unit(inst, v, host) for inst in checked]
