@@ -172,7 +172,9 @@ def _check_instance(view, inst, seen):
                 name, node_phrase(inst.get("numa_nodes") or []), layout),
             "redeploy: the plan and the unit's binding are computed from today's layout", gpus=keys, instance=name))
         state["problem"] = state["problem"] or "layout changed"
-    if seen["source"] is None or gone:
+    # A CPU instance (device cpu) holds no GPUs to find its processes by:
+    # its unit says how it is.
+    if seen["source"] is None or gone or inst.get("device") == "cpu":
         state["state"] = unit_said or "unknown"
     else:
         findings.extend(_match_processes(view, inst, seen, state, unit_said))

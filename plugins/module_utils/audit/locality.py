@@ -20,6 +20,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.processes import policy_nodes
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 
 SEVERITIES = ("info", "warning", "error", "critical")
 DEFAULT_MEMORY_THRESHOLD = 20  # percent of a process's memory on other nodes before it is a finding
@@ -237,10 +238,12 @@ def check_group(view, group):
 # ---------------------------------------------------------------- processes
 
 
-def check_process(view, proc, memory_threshold=DEFAULT_MEMORY_THRESHOLD, instance=None):
+def check_process(view, proc, memory_threshold=DEFAULT_MEMORY_THRESHOLD, instance=None, device=None):
     """Findings for one process: CPU and memory locality against its GPUs,
-    and its device environment. Returns (findings, placed) where placed says
-    where the process actually is: {cpu_nodes, memory_node, misplaced}."""
+    and its device environment (the visible-device variable of DEVICE, its
+    instance's device class; None: the class of the GPUs it holds). Returns
+    (findings, placed) where placed says where the process actually is:
+    {cpu_nodes, memory_node, misplaced}."""
     host = view.host
     subject = _subject(proc)
     findings = []
@@ -254,7 +257,7 @@ def check_process(view, proc, memory_threshold=DEFAULT_MEMORY_THRESHOLD, instanc
             "hidden from the topology sources)" % (subject, ", ".join(unknown)),
             "gather facts with NVML or nvidia-smi --query-gpu available so GPUs are known by bus id",
             [proc["pid"]], proc["gpus"], instance))
-    findings.extend(_check_environment(view, proc, held, instance))
+    findings.extend(_check_environment(view, proc, held, instance, device or held_device(held)))
     if not proc.get("readable", True):
         findings.append(finding(
             host, "info", "process_unreadable", subject,
@@ -336,19 +339,28 @@ def _locality_reasons(view, proc, cpus, local, nodes, memory, memory_threshold):
     return reasons
 
 
-def _check_environment(view, proc, held, instance):
+def held_device(held):
+    """The device class of the GPUs a process holds: amd when all are AMD, else nvidia."""
+    return "amd" if held and all(g.get("vendor") == "amd" for g in held) else "nvidia"
+
+
+def _check_environment(view, proc, held, instance, device):
+    """The device class's visible-device variable (deploy/vllm/devices.py)
+    against the GPUs the process holds; a CPU instance has none to compare.
+    NVIDIA indices are PCI order with CUDA_DEVICE_ORDER=PCI_BUS_ID, AMD ones
+    (ROCR_VISIBLE_DEVICES) KFD order, the facts' index of both."""
     env = proc.get("environment")
-    if not env:
+    variables = devices.row(device).visible
+    if not env or not variables or not env.get(variables[0]):
         return []
     host = view.host
     subject = _subject(proc)
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if not visible:
-        return []
+    name, visible = variables[0], env[variables[0]]
     entries = [e.strip() for e in visible.split(",") if e.strip()]
     out = []
+    order = "KFD order" if device == "amd" else "PCI order"
     if entries and all(e.isdigit() for e in entries):
-        if env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        if device == "nvidia" and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
             out.append(finding(
                 host, "warning", "cuda_device_order", subject,
                 "%s has CUDA_VISIBLE_DEVICES=%s without CUDA_DEVICE_ORDER=PCI_BUS_ID: CUDA counts GPUs fastest "
@@ -361,12 +373,13 @@ def _check_environment(view, proc, held, instance):
             stray = [g for g in held if g.get("index") is not None and g["index"] not in named]
             if stray:
                 out.append(finding(
-                    host, "warning", "cuda_visible_mismatch", subject,
-                    "%s holds %s, which its CUDA_VISIBLE_DEVICES=%s does not name (in PCI order)"
-                    % (subject, view.label(stray), visible),
-                    "check the unit's environment; GPU indices in CUDA_VISIBLE_DEVICES are PCI order with "
-                    "CUDA_DEVICE_ORDER=PCI_BUS_ID", [proc["pid"]], proc["gpus"], instance))
-    elif entries and all(e.startswith("GPU-") for e in entries):
+                    host, "warning", "%s_mismatch" % name.lower().replace("_devices", ""), subject,
+                    "%s holds %s, which its %s=%s does not name (in %s)"
+                    % (subject, view.label(stray), name, visible, order),
+                    "check the unit's environment; GPU indices in %s are %s%s" % (
+                        name, order, " with CUDA_DEVICE_ORDER=PCI_BUS_ID" if device == "nvidia" else ""),
+                    [proc["pid"]], proc["gpus"], instance))
+    elif device == "nvidia" and entries and all(e.startswith("GPU-") for e in entries):
         named = set(entries)
         stray = [g for g in held if g.get("uuid") and g["uuid"] not in named]
         if stray:

@@ -52,12 +52,17 @@ def audit_host(facts, processes, host=None, deployed=None, memory_threshold=loca
     else:
         plan_findings = []
     instance_of = {}
+    # The device class of each planned instance (a kept one without it: nvidia).
+    device_of = dict((inst.get("name"), inst.get("device") or "nvidia") for inst in (
+        drift.deployed_for_host(deployed, host)[0] if deployed is not None else []))
     for group in groups:
         for pid in group["pids"]:
             instance_of[pid] = group["instance"]
     placed = {}
     for proc in procs:
-        proc_findings, where = locality.check_process(view, proc, memory_threshold, instance_of.get(proc["pid"]))
+        instance = instance_of.get(proc["pid"])
+        proc_findings, where = locality.check_process(view, proc, memory_threshold, instance,
+                                                      device_of.get(instance))
         findings.extend(proc_findings)
         placed[proc["pid"]] = where
     for group in groups:

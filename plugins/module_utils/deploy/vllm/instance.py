@@ -16,6 +16,7 @@ import re
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import join_values
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.engine_checks import release as vllm_release
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, mapping
@@ -47,13 +48,16 @@ def check_instance(index, instance):
         raise ValueError("%s: lacks %s (fleet_plan instances carry them; docs/plan.md)"
                          % (label, ", ".join(missing)))
     name = vc.text(where + ".name", instance["name"], _NAME, "must be [A-Za-z0-9_.-], starting with a letter or digit")
+    device = devices.instance_device(label, instance)
     tp_size = vc.integer(label + ".tp_size", instance["tp_size"], 1, 1024)
     pp_size = vc.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
     gpus = [vc.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
             for i, g in enumerate(as_list(label + ".gpu_indices", instance["gpu_indices"]))]
+    if device == "cpu":
+        _check_cpu_shape(label, pp_size, instance.get("multinode"), gpus)
     multinode = _multinode(label, instance.get("multinode"), pp_size)
     nnodes = multinode["nnodes"] if multinode else 1
-    local = contract.share(tp_size, pp_size, nnodes).gpus
+    local = contract.share(tp_size, pp_size, nnodes).gpus if device != "cpu" else 0
     if len(gpus) != local or len(set(gpus)) != len(gpus):
         vc.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
                 % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
@@ -76,12 +80,14 @@ def check_instance(index, instance):
     # Plans kept from before per-worker binding have no mode: they bind by process.
     mode = vc.choice(label + ".binding.mode", binding.get("mode", "process"), ("process", "per_worker"))
     workers = _workers(label, binding, gpus, cpus) if mode == "per_worker" else []
+    ranks = _ranks(label, binding, tp_size, cpus, mems, mode) if device == "cpu" else []
     port = vc.port(label + ".port", instance["port"])
     dist_port = vc.port(label + ".dist_port", instance["dist_port"])
     reason = instance.get("reason", "")
     # The plan's own words, shown in a comment: one line, no continuation.
     reason = re.sub(r"[\x00-\x1f\x7f]+", " ", str(reason)).rstrip("\\ ")
-    return {"name": name, "tp_size": tp_size, "pp_size": pp_size, "gpu_indices": gpus, "cpus": cpus,
+    return {"name": name, "device": device, "ranks": ranks, "tp_size": tp_size, "pp_size": pp_size,
+            "gpu_indices": gpus, "cpus": cpus,
             "mems": mems, "policy": policy, "by_node": binding["by_node"], "mode": mode, "workers": workers,
             "port": port, "dist_port": dist_port, "reason": reason, "multinode": multinode}
 
@@ -141,8 +147,54 @@ def _workers(label, binding, gpus, cpus):
     return out
 
 
+def _check_cpu_shape(label, pp_size, multinode, gpus):
+    """A CPU instance runs tensor parallel over ranks on this host alone."""
+    if pp_size != 1:
+        vc.fail(label + ".pp_size", "must be 1 on a CPU instance (device cpu: tensor parallel over ranks only)",
+                pp_size)
+    if multinode is not None:
+        vc.fail(label + ".multinode", "must be absent on a CPU instance (device cpu: never multi-node)", multinode)
+    if gpus:
+        vc.fail(label + ".gpu_indices", "must be empty on a CPU instance (device cpu)", gpus)
+
+
+def _ranks(label, binding, tp_size, cpus, mems, mode):
+    """binding.ranks of a CPU instance: one {node, cpus, memory_mb} per rank
+    (tp_size of them), each rank's CPUs inside binding.cpus and its node in
+    binding.mems (vLLM binds each rank's OpenMP threads to its CPUs)."""
+    where = label + ".binding.ranks"
+    if mode != "process":
+        vc.fail(label + ".binding.mode", "must be process on a CPU instance (its ranks are bound by "
+                "VLLM_CPU_OMP_THREADS_BIND)", mode)
+    ranks = [mapping("%s[%d]" % (where, i), r) for i, r in enumerate(as_list(where, binding.get("ranks", [])))]
+    if len(ranks) != tp_size:
+        vc.fail(where, "must hold tp_size (%d) ranks, one per NUMA node (got %d)" % (tp_size, len(ranks)), ranks)
+    allowed = set(parse_cpulist(cpus))
+    out = []
+    for i, rank in enumerate(ranks):
+        at = "%s[%d]" % (where, i)
+        node = vc.integer(at + ".node", rank.get("node"), 0, 4095)
+        if node not in mems:
+            vc.fail(at + ".node", "must be one of binding.mems %s" % join_values(mems), node)
+        rank_cpus = vc.text(at + ".cpus", rank.get("cpus"), _CPULIST, "must be a cpulist such as 0-47,96-143")
+        try:
+            outside = set(parse_cpulist(rank_cpus)) - allowed
+        except ValueError as exc:
+            vc.fail(at + ".cpus", str(exc), rank_cpus)
+        if outside:
+            vc.fail(at + ".cpus", "must lie inside binding.cpus %s" % cpus, rank_cpus)
+        if "memory_mb" not in rank:
+            vc.fail(at, "lacks memory_mb (the node's memory in MB, null when unknown)", rank)
+        memory = rank["memory_mb"]
+        if memory is not None:
+            memory = vc.integer(at + ".memory_mb", memory, 1, 10 ** 12)
+        out.append({"node": node, "cpus": rank_cpus, "memory_mb": memory})
+    return out
+
+
 def check_instances(instances):
     checked = [check_instance(i, inst) for i, inst in enumerate(as_list("vllm_instances", instances))]
+    devices.host_device(instances)
     seen = {}
     for inst in checked:
         for what, value in (("name", inst["name"]), ("port", inst["port"]), ("port", inst["dist_port"])):
@@ -160,12 +212,13 @@ def check_per_worker(instances, v):
     per_worker = [inst["name"] for inst in instances if inst["mode"] == "per_worker"]
     if not per_worker:
         return
-    release = vllm_release(v["vllm_version"])
+    engine = v["engine"]
+    release = vllm_release(engine["version"])
     if not v["vllm_executable"] and release is not None and release < PER_WORKER_SINCE:
         raise ValueError(
-            "vllm_version: %s has no per-worker NUMA binding (--numa-bind, vLLM %d.%d and newer), which the "
+            "%s: %s has no per-worker NUMA binding (--numa-bind, vLLM %d.%d and newer), which the "
             "plan gives %s: install a newer vLLM or plan with gpufleet_worker_binding: process"
-            % (v["vllm_version"], PER_WORKER_SINCE[0], PER_WORKER_SINCE[1], ", ".join(per_worker)))
+            % (engine["variable"], engine["version"], PER_WORKER_SINCE[0], PER_WORKER_SINCE[1], ", ".join(per_worker)))
     method = v["vllm_environment"].get("VLLM_WORKER_MULTIPROC_METHOD")
     if method is not None and method != "spawn":
         vc.fail("vllm_environment.VLLM_WORKER_MULTIPROC_METHOD", "must be spawn (or unset) while the plan binds "

@@ -14,7 +14,7 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import model_source
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
@@ -29,9 +29,10 @@ RESERVED_OPTIONS = (
 # Set on a multi-node instance's units when vllm_socket_ifname names the interface.
 SOCKET_IFNAME_ENVIRONMENT = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
-# Environment variables the unit sets itself; vllm_environment must not repeat them.
+# Environment variables every unit sets itself; vllm_environment must not
+# repeat them (nor the device class's, devices.py).
 RESERVED_ENVIRONMENT = (
-    "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "GPUFLEET_ENGINE", "HF_HOME", "HF_TOKEN", "TRITON_CACHE_DIR",
+    "GPUFLEET_ENGINE", "HF_HOME", "HF_TOKEN", "TRITON_CACHE_DIR",
     "VLLM_API_KEY", "VLLM_CACHE_ROOT", "VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_PORT", "XDG_CACHE_HOME",
 )
 
@@ -44,26 +45,6 @@ RESERVED_DIRECTIVES = (
 
 # HAProxy backend of gateway_backends entries without a `backend` field.
 DEFAULT_GATEWAY_BACKEND = "vllm"
-
-# One [Service] directive of STRICT_HARDENING: a list value writes it once per element.
-Directive = namedtuple("Directive", "directive value")
-# Opt-in sandboxing on top of vllm_hardening (vllm_hardening_strict). The
-# device allow-list keeps every NVIDIA node: nvidiactl and nvidia[0-9]* are
-# major nvidia-frontend, nvidia-uvm and nvidia-uvm-tools major nvidia-uvm,
-# MIG capabilities nvidia-caps. The syscall filter keeps @resources' NUMA
-# and affinity calls (set_mempolicy, mbind, migrate_pages, move_pages,
-# sched_setaffinity; get_mempolicy is in @system-service) and setrlimit.
-STRICT_HARDENING = (
-    Directive("SystemCallFilter", ["~@privileged",
-                                   "~ioprio_set nice sched_setattr sched_setparam sched_setscheduler setpriority"]),
-    Directive("DevicePolicy", "closed"),
-    Directive("DeviceAllow", ["char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"]),
-    # Safe with the explicit allow-list above (it only adds char-rtc r).
-    Directive("ProtectClock", "yes"),
-    Directive("PrivateUsers", "yes"),
-    Directive("UMask", "0077"),
-)
-
 
 UNIT_PREFIX = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}"
 UNIT_PREFIX_RULE = "must be [A-Za-z0-9_.-], not starting with '.' or '-'"
@@ -179,9 +160,12 @@ def check_variables(variables):
     for name in ("vllm_model", "vllm_instances"):
         if name not in v or v[name] is None:
             vc.fail(name, "is required", None)
-    out = {}
+    # The host's one device class decides the engine, the sandbox's devices
+    # and the reserved environment (devices.py).
+    out = {"device": devices.host_device(v["vllm_instances"])}
     for step in (_check_model_and_paths, _check_access, _check_install, check_download_variables, _check_timeouts,
-                 _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables):
+                 _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables,
+                 devices.check_device_variables):
         out.update(step(v, out))
     out["vllm_gateways"], out["vllm_gateway_backends"] = gateways(
         role_value(v, "vllm_gateways"), role_value(v, "vllm_gateway_backends"))
@@ -230,19 +214,23 @@ def _check_access(v, out):
 
 def _check_install(v, out):
     """What the role installs, and whether it manages the account and the service."""
-    return {
-        "vllm_version": engine_checks.check_version(vc.text(
-            "vllm_version", role_value(v, "vllm_version"), _VERSION, "must be a version of [0-9A-Za-z.+!_-]")),
+    return dict(devices.check_engine_variables(v), **{
+        "vllm_version": vc.text("vllm_version", role_value(v, "vllm_version"), _VERSION,
+                                "must be a version of [0-9A-Za-z.+!_-]"),
         "vllm_python": vc.command_word("vllm_python", vc.text(
             "vllm_python", role_value(v, "vllm_python"), _PROGRAM, "must be a program name or path of [A-Za-z0-9_./+-]")),
         "vllm_packages": [
             vc.text("vllm_packages[%d]" % i, p, _PACKAGE, "must be a package name of [A-Za-z0-9.+_:~-]")
             for i, p in enumerate(as_list("vllm_packages", role_value(v, "vllm_packages")))],
+        "vllm_cpu_packages": [
+            vc.text("vllm_cpu_packages[%d]" % i, p, _PACKAGE, "must be a package name of [A-Za-z0-9.+_:~-]")
+            for i, p in enumerate(as_list("vllm_cpu_packages", role_value(v, "vllm_cpu_packages")))],
         "vllm_install": vc.boolean("vllm_install", role_value(v, "vllm_install")),
         "vllm_manage_user": vc.boolean("vllm_manage_user", role_value(v, "vllm_manage_user")),
         "manage_service": manage_service(role_value(v, "vllm_manage_service"), v.get("service_mgr", "")),
         "vllm_hardening_strict": vc.boolean("vllm_hardening_strict", role_value(v, "vllm_hardening_strict")),
-    }
+        "vllm_ready_request": vc.boolean("vllm_ready_request", role_value(v, "vllm_ready_request")),
+    })
 
 
 def _check_timeouts(v, out):
@@ -269,7 +257,6 @@ def _check_extra_args(v, out):
         if key.replace("_", "-") in RESERVED_OPTIONS:
             vc.fail("vllm_extra_args key", "must not set options the unit sets itself (%s)"
                     % ", ".join(RESERVED_OPTIONS), key)
-        engine_checks.check_option(key, out["vllm_version"])
         extra[key] = _yaml_value("vllm_extra_args.%s" % key, value)
     return {"vllm_extra_args": extra}
 
@@ -305,11 +292,9 @@ def _check_hardening(v, out):
     if out["vllm_hardening_strict"]:
         # SystemCallFilter= adds up (the allow-list above, then these denials);
         # the other strict directives replace vllm_hardening's.
-        replaced = set(entry.directive for entry in STRICT_HARDENING if entry.directive != "SystemCallFilter")
-        hardening = [entry for entry in hardening if entry[0] not in replaced]
-        for entry in STRICT_HARDENING:
-            for item in entry.value if isinstance(entry.value, list) else [entry.value]:
-                hardening.append([entry.directive, item])
+        strict = devices.strict_hardening(out["device"])
+        replaced = set(entry[0] for entry in strict if entry[0] != "SystemCallFilter") | set(["DeviceAllow"])
+        hardening = [entry for entry in hardening if entry[0] not in replaced] + strict
     return {"vllm_hardening": hardening}
 
 

@@ -47,6 +47,27 @@ def test_drift_instances_not_running_and_unplanned_process():
     assert [f["instance"] for f in by_code(result, "instance_state_unknown")] == ["vllm-3"]
 
 
+def test_a_cpu_instance_is_not_looked_for_on_gpus():
+    """A CPU instance (device cpu) holds no GPU: its unit says how it is, no
+    process group is expected on GPUs it does not have."""
+    cpu = {"name": "vllm-0", "host": "gpu-a", "device": "cpu", "gpus": [], "gpu_indices": [], "tp_size": 1,
+           "pp_size": 1, "numa_nodes": [0], "cpus": "0-23", "port": 8000, "dist_port": 29000}
+    deployed = {"options": {}, "plan": {"instances": [cpu]}}
+
+    def unit(state):
+        def edit(facts, processes):
+            processes["unit_states"] = {"units": {"gpufleet-vllm-0.service": state}}
+        return edit
+    running = {"active_state": "active", "sub_state": "running", "load_state": "loaded", "main_pid": 4242}
+    result = run(DGX2, {}, deployed=deployed, edit=unit(running))
+    assert [i["state"] for i in result["instances"]] == ["running"]
+    assert by_code(result, "instance_not_running") == []
+    failed = {"active_state": "failed", "sub_state": "failed", "load_state": "loaded"}
+    result = run(DGX2, {}, deployed=deployed, edit=unit(failed))
+    assert [i["state"] for i in result["instances"]] == ["failed"]
+    assert [f["subject"] for f in by_code(result, "instance_not_running")] == ["vllm-0"]
+
+
 def _drop_gpu(bus):
     def edit(facts, processes=None):
         facts["gpus"] = [g for g in facts["gpus"] if g["pci_bus_id"] != bus]

@@ -72,10 +72,38 @@ def test_trap_counts_and_worst():
 
 
 def test_one_numa_node_host_has_no_locality_findings():
-    # MI250: one NUMA node; the unbound recorded process can be nowhere wrong
+    # MI250: one NUMA node; the unbound recorded process can be nowhere wrong.
+    # Its CUDA_VISIBLE_DEVICES=9 is no AMD variable to judge (ROCR_VISIBLE_DEVICES is).
     result = run("mi250_8gcd", {"unbound": ["0000:c1:00.0"]})
     assert by_code(result, "process_locality") == []
-    assert [f["code"] for f in result["findings"]] == ["cuda_device_order"]
+    assert result["findings"] == []
+
+
+def _rocr(visible):
+    def edit(facts, processes):
+        processes["processes"][0]["environment"] = {"ROCR_VISIBLE_DEVICES": visible}
+    return edit
+
+
+def test_an_amd_process_is_judged_by_rocr_visible_devices():
+    # GCD 0 (0000:c1:00.0) held; ROCR_VISIBLE_DEVICES names KFD indices.
+    assert run("mi250_8gcd", {"unbound": ["0000:c1:00.0"]}, edit=_rocr("0"))["findings"] == []
+    found = run("mi250_8gcd", {"unbound": ["0000:c1:00.0"]}, edit=_rocr("3"))["findings"]
+    assert [f["code"] for f in found] == ["rocr_visible_mismatch"]
+    assert "which its ROCR_VISIBLE_DEVICES=3 does not name (in KFD order)" in found[0]["message"]
+
+
+def test_a_deployed_instances_class_decides_the_variable():
+    """An instance's device (the kept plan's) picks the variable: an nvidia one
+    on AMD GPUs is judged by CUDA_VISIBLE_DEVICES; a CPU instance by none."""
+    facts, processes = audit_replay.gather_capture(capture_with_processes("mi250_8gcd", {"unbound": ["0000:c1:00.0"]}))
+    view = locality.HostView(facts, "gpu-a")
+    proc = processes["processes"][0]
+    proc["environment"] = {"CUDA_VISIBLE_DEVICES": "9", "ROCR_VISIBLE_DEVICES": "3"}
+    codes = dict((device, [f["code"] for f in locality.check_process(view, proc, device=device)[0]])
+                 for device in ("nvidia", "amd", "cpu", None))
+    assert codes == {"nvidia": ["cuda_device_order"], "amd": ["rocr_visible_mismatch"], "cpu": [],
+                     None: ["rocr_visible_mismatch"]}
 
 
 def test_group_across_nodes_of_one_socket_is_a_warning():
