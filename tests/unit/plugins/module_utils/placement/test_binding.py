@@ -39,6 +39,8 @@ def gpu_node(facts, index):
 
 
 def unit_of(instance, **variables):
+    # vLLM for ROCm is the operator's: an AMD instance renders with an existing install.
+    variables.setdefault("vllm_install", instance.get("device") != "amd")
     return host_state.host_units([instance], dict(VARIABLES, **variables))["units"][0]
 
 
@@ -67,7 +69,8 @@ def test_tp4_pp2_gives_one_node_per_gpu_in_worker_order(name):
     assert flags["--pipeline-parallel-size"] == ["2"]
     environment = dict(unit["environment"])
     assert environment["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
-    assert environment["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, instance["gpu_indices"]))
+    visible = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}[instance["device"]]
+    assert environment[visible] == ",".join(map(str, instance["gpu_indices"]))
 
 
 def test_h100_tp4_pp2_exact_plan():

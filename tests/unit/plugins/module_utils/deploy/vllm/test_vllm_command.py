@@ -24,13 +24,25 @@ from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import (
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 
 
+# The variable that names an instance's GPUs, per device class (docs/deploy.md).
+VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}
+
+
+def plan_variables(plan, **variables):
+    """VARIABLES for a recorded plan: vLLM for ROCm is the operator's, not
+    installed by the role, so AMD plans (MI250, MI300X, MI50) render with
+    an existing install in the venv."""
+    amd = any(i.get("device") == "amd" for i in plan["instances"])
+    return dict(VARIABLES, vllm_install=not amd, **variables)
+
+
 def test_recorded_machines_give_plans():
     assert len(PLANS) >= 20
 
 
 @pytest.mark.parametrize("case,facts,plan", PLANS, ids=[p[0] for p in PLANS])
 def test_numactl_binding_covers_exactly_the_planned_cpus_and_gpu_nodes(case, facts, plan):
-    units = host_state.host_units(plan["instances"], VARIABLES)["units"]
+    units = host_state.host_units(plan["instances"], plan_variables(plan))["units"]
     assert [u["name"] for u in units] == [i["name"] for i in plan["instances"]]
     gpu_nodes = {g["index"]: g["numa_node"] for g in facts["gpus"]}
     nodes_with_cpus = {n["id"] for n in facts["numa_nodes"] if n["cpus"]}
@@ -80,14 +92,14 @@ def test_numactl_binding_covers_exactly_the_planned_cpus_and_gpu_nodes(case, fac
         assert flags.get("--pipeline-parallel-size", ["1"]) == [str(instance["pp_size"])]
         assert flags["--port"] == [str(instance["port"])]
         environment = dict(unit["environment"])
-        assert environment["CUDA_VISIBLE_DEVICES"] == ",".join(str(i) for i in instance["gpu_indices"])
+        assert environment[VISIBLE[instance["device"]]] == ",".join(str(i) for i in instance["gpu_indices"])
         assert environment["VLLM_PORT"] == str(instance["dist_port"])
         assert unit["numa"] == []
 
 
 @pytest.mark.parametrize("case,facts,plan", PLANS[::3], ids=[p[0] for p in PLANS[::3]])
 def test_systemd_binding_writes_the_same_placement_as_directives(case, facts, plan):
-    units = host_state.host_units(plan["instances"], dict(VARIABLES, vllm_binding="systemd"))["units"]
+    units = host_state.host_units(plan["instances"], plan_variables(plan, vllm_binding="systemd"))["units"]
     for instance, unit in zip(plan["instances"], units):
         numa = dict(unit["numa"])
         binding = instance["binding"]
@@ -125,8 +137,12 @@ def test_options_file_and_shutdown_timeout():
 def test_readiness_and_gpu_preparation_are_part_of_the_unit():
     unit = host_state.host_units([dict(INSTANCE, port=8123)], dict(VARIABLES, vllm_engine_ready_timeout=42,
                                                                    vllm_timeout_start_sec=100))["units"][0]
+    # Ready is a completion for the served model, after /health (vllm_ready_request).
     assert unit["exec_start_post"] == [["", ["/usr/local/libexec/gpufleet/gpufleet-wait-ready",
-                                             "http://127.0.0.1:8123/health", "42"]]]
+                                             "http://127.0.0.1:8123/health", "42", VARIABLES["vllm_model"]]]]
+    unit = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_ready_request=False,
+                                                  vllm_served_model_name="llama"))["units"][0]
+    assert unit["exec_start_post"][0][1][3:] == []
     # Full privileges (+) to load nvidia-uvm and make the device nodes; a
     # failure, a missing program included, is not one of the unit (-).
     assert unit["exec_start_pre"] == [["-+", ["/usr/bin/nvidia-modprobe", "-u", "-c=0"]]]
