@@ -114,6 +114,8 @@ def all_errors(check, variables, stand_in):
             return errors
         except ValueError as exc:
             message = str(exc)
+        if message in errors:  # the stand-in did not pass either: said once
+            return errors
         errors.append(message)
         name = _named(message)
         if name in seen or name not in variables:
@@ -128,6 +130,10 @@ def vllm_errors(variables, defaults):
     merged = role_variables(defaults, variables, VLLM_FROM_PLAYBOOK)
     merged.setdefault("vllm_model", None)
     merged["vllm_socket_ifname"] = variables.get("gpufleet_socket_ifname", "")
+    # The host's device class decides what the role allows (deploy/vllm/devices.py):
+    # one set in the inventory is known before the host's facts are.
+    if variables.get("gpufleet_device_class") in ("amd", "cpu"):
+        merged["vllm_instances"] = [{"device": variables["gpufleet_device_class"]}]
 
     def stand_in(name):
         if name in SECRET_NAMES:

@@ -137,3 +137,15 @@ def test_gpufleet_device_class_is_a_known_variable_checked_by_value():
     errors = check({"gpu-a": good_gpu(gpufleet_device_clas="cpu")})
     assert errors == ["gpu-a: gpufleet_device_clas: is no variable of the collection (did you mean "
                       "gpufleet_device_class?)"]
+
+
+def test_the_device_class_set_in_the_inventory_decides_what_the_role_allows():
+    """An AMD host without vllm_executable is refused before anything changes
+    (vLLM for ROCm is not on PyPI); a CPU host may not set the variables its
+    units set themselves. An NVIDIA host may set VLLM_CPU_KVCACHE_SPACE."""
+    errors = check({"gpu-a": good_gpu(gpufleet_device_class="amd")})
+    assert len(errors) == 1 and errors[0].startswith("gpu-a: vllm_executable: is required on amd hosts"), errors
+    assert check({"gpu-a": good_gpu(gpufleet_device_class="amd", vllm_executable="/opt/rocm-vllm/bin/vllm")}) == []
+    cpu = check({"gpu-a": good_gpu(gpufleet_device_class="cpu", vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "4"})})
+    assert len(cpu) == 1 and "VLLM_CPU_KVCACHE_SPACE" in cpu[0], cpu
+    assert check({"gpu-a": good_gpu(vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "4"})}) == []
