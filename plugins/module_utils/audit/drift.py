@@ -44,6 +44,10 @@ def deployed_for_host(deployed, host):
     for i, inst in enumerate(plan["instances"]):
         if not isinstance(inst, dict) or not inst.get("host") or not isinstance(inst.get("gpus"), list):
             raise ValueError("deployed plan instances[%d] has no host or gpus list" % i)
+        # The device picks the audit's table row: an unknown one is refused here, by name.
+        if inst.get("device") is not None and inst.get("device") not in contract.DEVICES:
+            raise ValueError("deployed plan instances[%d].device: must be one of %s (got %r)"
+                             % (i, ", ".join(contract.DEVICES), inst.get("device")))
         if inst["host"] == host:
             instances.append(inst)
     unused = [u for u in plan.get("unused") or [] if isinstance(u, dict) and u.get("host") == host]

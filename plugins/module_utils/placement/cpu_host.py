@@ -41,14 +41,19 @@ def check_cpu_options(opts, host):
                            "(gpufleet_device_class: cpu); leave it 1" % nodes)
 
 
-def _sockets(topology, node_socket):
+def _sockets(topology, node_socket, memory):
     """[(SocketKey, [node, ...])] of the nodes with usable CPUs, sockets and nodes in order;
-    and the (node, why) of nodes with CPUs none of which services may use."""
+    and the (node, why) of nodes with CPUs none of which services may use, or without memory."""
     by_socket = {}
     bare = []
     for node in topology.nodes:
         if node.memory_only or not node.cpus:
             continue  # memory-only nodes (HBM, CXL) hold no rank
+        if memory.get(node.id) == 0:
+            # A rank's memory is bound to its node (--membind): a node without memory cannot hold one.
+            bare.append((node.id, "it has CPUs %s but no memory (0 MB): a rank's memory is bound to its node"
+                         % node.cpus))
+            continue
         if not node.usable:
             bare.append((node.id, "none of its CPUs %s is usable by services (cgroup cpuset, allowed CPUs or "
                                   "isolcpus)" % node.cpus))
@@ -94,14 +99,14 @@ def plan_cpu_host(view, opts, fleet_slots=None, gpu_warnings=()):
     check_cpu_options(opts, host)
     topology = view.topology
     node_socket = node_sockets(topology)
-    sockets, bare = _sockets(topology, node_socket)
+    memory = dict(view.node_memory)
+    sockets, bare = _sockets(topology, node_socket, memory)
     instances, left = _instances(sockets, opts["tp_size"], opts["max_instances_per_host"])
     if not instances:
         raise _no_instance(host, opts["tp_size"], sockets, bare)
     cpu_sets, notes = assign_cpus(topology, node_socket, [tuple((n, 1) for n in inst) for inst in instances],
                                   opts["reserved_cpus_per_socket"], host)
     node_cpus = dict((node.id, set(parse_cpulist(node.cpus))) for node in topology.nodes)
-    memory = dict(view.node_memory)
     slots = fleet_slots(len(instances), host) if fleet_slots is not None else None
     groups = []
     for ordinal, (nodes, cpu_set) in enumerate(zip(instances, cpu_sets)):

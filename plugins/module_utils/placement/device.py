@@ -52,14 +52,18 @@ def _error(host, text):
     return error
 
 
-def device_class(view, requested):
-    """(class, warnings) of a host (HostFacts) under its gpufleet_device_class.
+def device_class(view, requested, excluded=()):
+    """(class, warnings) of a host (HostFacts) under its gpufleet_device_class;
+    EXCLUDED (per GPU, view.gpus order) marks the GPUs exclude_gpus names,
+    whose vendors do not count (an excluded display GPU of another vendor
+    leaves the class to the others).
 
     Raises PlacementError naming the host and gpufleet_device_class when the
     class and the GPUs disagree, or when it cannot be told.
     """
     host = view.host
-    vendors = sorted(set(v or "unknown" for v in view.vendors))
+    excluded = tuple(excluded) or (False,) * len(view.vendors)
+    vendors = sorted(set(v or "unknown" for v, out in zip(view.vendors, excluded) if not out))
     if requested == "cpu":
         if view.gpus:
             return "cpu", ["%s is cpu: its %d GPU(s) are not used" % (VARIABLE, len(view.gpus))]
@@ -72,8 +76,10 @@ def device_class(view, requested):
         if len(vendors) == 1 and vendors[0] in GPU_CLASSES:
             return vendors[0], []
         raise _error(host, "%s auto cannot tell the device class from its GPUs' vendors (%s): set it to the "
-                           "class to serve on (%s, or cpu)" % (VARIABLE, ", ".join(vendors), ", ".join(GPU_CLASSES)))
+                           "class to serve on (%s, or cpu), and leave the other GPUs out with exclude_gpus"
+                     % (VARIABLE, ", ".join(vendors), ", ".join(GPU_CLASSES)))
     if vendors != [requested]:
-        raise _error(host, "%s is %s, but its GPUs' vendor is %s: set it to the class of its GPUs (or auto)"
-                     % (VARIABLE, requested, ", ".join(vendors)))
+        raise _error(host, "%s is %s, but its GPUs' vendor is %s: set it to the class of its GPUs (or auto), "
+                           "or leave the other GPUs out with exclude_gpus"
+                     % (VARIABLE, requested, ", ".join(vendors) or "none (exclude_gpus leaves out every GPU)"))
     return requested, []

@@ -84,7 +84,7 @@ def plan_host_view(view, opts, fleet_slots=None):
     the caller reports the host and plans the others.
     """
     try:
-        device, device_notes = device_class(view, opts.get("device_class", "auto"))
+        device, device_notes = device_class(view, opts.get("device_class", "auto"), excluded_gpus(view, opts))
         if device == "cpu":
             return plan_cpu_host(view, opts, fleet_slots, device_notes)
         key = plan_key(view, opts)
@@ -115,14 +115,16 @@ def _planner_failed(host, exc):
     return error
 
 
+def excluded_gpus(view, opts):
+    """Per GPU of the host (view.gpus order): whether exclude_gpus names it."""
+    exclude = opts.get("exclude_gpus") or ()
+    return tuple(bool(exclude) and (g.id in exclude or g.pci_bus_id in exclude or g.uuid in exclude)
+                 for g in view.gpus)
+
+
 def plan_key(view, opts):
     """The PlanKey of a host (HostFacts from read_host_facts) under checked options."""
-    exclude = opts["exclude_gpus"]
-    if exclude:
-        excluded = tuple(g.id in exclude or g.pci_bus_id in exclude or g.uuid in exclude for g in view.gpus)
-    else:
-        excluded = (False,) * len(view.gpus)
-    return PlanKey(PlanOptions.of(opts), excluded, view.topology)
+    return PlanKey(PlanOptions.of(opts), excluded_gpus(view, opts), view.topology)
 
 
 def host_warnings(template, view):

@@ -66,7 +66,7 @@ def check_ranks(where, entry, device_class, tp_size, pp_size, multinode):
             vc.fail(at + ".cpus", "must not share CPUs with another rank", format_cpulist(mine & taken))
         taken |= mine
         if rank.get("memory_mb") is not None:
-            cv.integer(at + ".memory_mb", rank["memory_mb"], 0, MAX_MEMORY_MB)
+            cv.integer(at + ".memory_mb", rank["memory_mb"], 1, MAX_MEMORY_MB)  # 0: the planner holds no rank there
         nodes.append(node)
     if "numa_nodes" in entry and entry["numa_nodes"] != mems:
         vc.fail(where + ".numa_nodes", "must be binding.mems %s on a CPU instance" % ",".join(map(str, mems)),

@@ -137,11 +137,15 @@ def usable_cpus(facts):
 def survivors_of(old, facts, exclude):
     """The deployed instances whose GPUs all sit on the host at the same
     index, none excluded now (a CPU instance: whose NUMA nodes all have
-    CPUs still), and whose CPUs are all still usable."""
+    CPUs still, each rank recording its node's memory of today), and whose
+    CPUs are all still usable."""
     gpus = dict((gpu.get("id"), gpu) for gpu in facts.get("gpus") or ())
     excluded = set(exclude)
     usable = usable_cpus(facts)
     cpu_nodes = set(node.get("id") for node in facts.get("numa_nodes") or () if node.get("cpus"))
+    # A rank's memory_mb sizes its KV cache: a recorded value that is not
+    # today's (memory changed, or the record was edited) forms it again.
+    memory = dict((node.get("id"), node.get("memory_mb")) for node in facts.get("numa_nodes") or ())
 
     def present(member):
         gpu = gpus.get(member.get("id"))
@@ -150,7 +154,8 @@ def survivors_of(old, facts, exclude):
 
     def placed(instance):
         if contract.device(instance) == "cpu":
-            return bool(instance.get("numa_nodes")) and set(instance["numa_nodes"]) <= cpu_nodes
+            return (bool(instance.get("numa_nodes")) and set(instance["numa_nodes"]) <= cpu_nodes
+                    and all(rank.get("memory_mb") == memory.get(rank.get("node")) for rank in contract.ranks(instance)))
         return instance.get("gpus") and all(map(present, instance["gpus"]))
 
     return [instance for instance in old

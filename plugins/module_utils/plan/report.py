@@ -26,6 +26,10 @@ def _by_name(plan, host):
 
 
 def _where(inst):
+    """"GPUs 0,1, :8000"; a CPU instance holds no GPU: "CPU on NUMA node 0, :8000"."""
+    if contract.device(inst) == "cpu":
+        nodes = [str(n) for n in inst.get("numa_nodes") or ()]
+        return "CPU on NUMA node%s %s, :%s" % ("" if len(nodes) == 1 else "s", ",".join(nodes), inst.get("port"))
     return "GPUs %s, :%s" % (",".join(str(g) for g in inst.get("gpu_indices") or ()), inst.get("port"))
 
 

@@ -129,15 +129,19 @@ def check_device_variables(v, out):
 def _engine(device, v, out):
     """{package, version, requirement, variable}: what the role installs (or
     the operator's vllm_executable runs) and every unit records."""
-    if out["vllm_package"]:
-        package, version = re.match(_REQUIREMENT + r"\Z", out["vllm_package"]).groups()
-        variable = "vllm_package"
-    elif device.package is None and out["vllm_install"] and not out["vllm_executable"]:
+    # A class with no package on PyPI installs only from the operator's wheels:
+    # vllm_package alone would have pip fetch the PyPI (CUDA) build of that name.
+    if (device.package is None and out["vllm_install"] and not out["vllm_executable"]
+            and not (out["vllm_package"] and out["vllm_pip_find_links"])):
         raise ValueError(
             "vllm_executable: is required on %s hosts while vllm_install is true (got ''): vLLM for ROCm is "
             "not on PyPI; install it (AMD's ROCm vLLM build or container), set vllm_executable to its vllm and "
             "vllm_version to its version, or set vllm_package and vllm_pip_find_links to a wheel directory "
-            "that holds it" % device.name)
+            "that holds it (vllm_package %r, vllm_pip_find_links %r)"
+            % (device.name, out["vllm_package"], out["vllm_pip_find_links"]))
+    if out["vllm_package"]:
+        package, version = re.match(_REQUIREMENT + r"\Z", out["vllm_package"]).groups()
+        variable = "vllm_package"
     else:
         package, variable = device.package or "vllm", device.version_variable
         version = out[variable]

@@ -125,6 +125,11 @@ def test_drift_plan_for_another_host_only_says_nothing_planned():
     ({"plan": {}}, "deployed plan has no instances list"),
     ({"instances": [{"name": "x"}]}, r"instances\[0\] has no host or gpus list"),
     ({"instances": [], "options": {"tp": 4}}, "deployed plan options: unknown tp"),
+    # A hand-edited or hostile plan: the device picks a table row, so it is refused by name.
+    ({"instances": [{"host": "gpu-b", "gpus": [], "device": "tpu"}]},
+     r"^deployed plan instances\[0\]\.device: must be one of nvidia, amd, cpu \(got 'tpu'\)$"),
+    ({"instances": [{"host": "gpu-a", "gpus": [], "device": ["cpu"]}]},
+     r"^deployed plan instances\[0\]\.device: must be one of nvidia, amd, cpu \(got \['cpu'\]\)$"),
 ])
 def test_deployed_plan_errors_name_the_problem(deployed, message):
     with pytest.raises(ValueError, match=message):

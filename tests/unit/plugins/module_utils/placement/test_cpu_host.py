@@ -135,3 +135,14 @@ def test_fleet_plan_by_host_plans_cpu_and_gpu_hosts_with_the_same_slots():
         ("cpu-a", "vllm-0", 9000, "cpu"), ("gpu-a", "vllm-0", 8000, "nvidia"), ("gpu-a", "vllm-1", 8001, "nvidia")]
     assert plan["settings"]["cpu-a"]["device_class"] == "cpu"
     assert "gpufleet_device_class: cpu" in plan["unplannable"]["bare"]
+
+
+def test_a_node_with_cpus_and_no_memory_holds_no_rank():
+    """Its rank's memory would be bound to it (--membind): left over, saying why."""
+    facts = machine("mi50_8gpu_nps4")
+    for node in facts["numa_nodes"]:
+        node["memory_mb"] = 0 if node["id"] == 3 else 64000
+    plan = placement.plan_fleet({"h": facts}, tp_size=1, device_class="cpu")
+    assert [i["numa_nodes"] for i in plan["instances"]] == [[n] for n in (0, 1, 2, 4, 5, 6, 7)]
+    assert [w for w in plan["warnings"] if "left over" in w] == [
+        "h: NUMA node 3 left over: it has CPUs 48-63 but no memory (0 MB): a rank's memory is bound to its node"]

@@ -58,6 +58,21 @@ def test_gpus_of_two_vendors_need_the_class_said():
         devices(mixed)
 
 
+def test_an_excluded_gpu_of_another_vendor_does_not_count():
+    """An Intel display GPU beside NVIDIA GPUs (sysfs lists both): left out with exclude_gpus,
+    the others decide the class, under auto and said."""
+    mixed = copy.deepcopy(H100)
+    mixed["gpus"][7]["vendor"] = "intel"
+    intel = mixed["gpus"][7]["id"]
+    with pytest.raises(placement.PlacementError, match=r"vendors \(intel, nvidia\): .*leave the other GPUs out "
+                                                       r"with exclude_gpus$"):
+        devices(mixed)
+    with pytest.raises(placement.PlacementError, match=r"vendor is intel, nvidia: .*exclude_gpus$"):
+        devices(mixed, device_class="nvidia")
+    assert devices(mixed, exclude_gpus=[intel]) == ["nvidia"]
+    assert devices(mixed, exclude_gpus=[intel], device_class="nvidia") == ["nvidia"]
+
+
 def test_a_gpu_without_a_known_vendor_needs_the_class_said():
     unknown = copy.deepcopy(H100)
     del unknown["gpus"][3]["vendor"]

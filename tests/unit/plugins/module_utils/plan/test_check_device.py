@@ -82,6 +82,7 @@ def _set(path, value):
     (_set(["binding", "ranks", 1, "node"], 3), "binding.ranks[1].node", "must be a node of binding.mems"),
     (_set(["binding", "ranks", 1, "cpus"], "15-16"), "binding.ranks[1].cpus", "must not share CPUs with another rank"),
     (_set(["binding", "ranks", 0, "memory_mb"], "lots"), "binding.ranks[0].memory_mb", "must be an integer"),
+    (_set(["binding", "ranks", 0, "memory_mb"], 0), "binding.ranks[0].memory_mb", "must be at least 1 (got 0)"),
     (_set(["binding", "ranks", 0, "gpu"], 0), "binding.ranks[0]", "must be a mapping {node, cpus, memory_mb}"),
     (_set(["binding", "ranks"], []), "binding.ranks", "must hold at least 1 entries"),
     (_set(["tp_size"], 3), "binding.ranks", "must hold tp_size (3) ranks"),

@@ -64,6 +64,26 @@ def test_a_node_losing_its_cpus_moves_only_its_instance(mi50):
     assert "none of its CPUs" in left[1]
 
 
+def test_a_rank_whose_node_memory_changed_is_formed_again_with_todays_memory(mi50):
+    """memory_mb sizes the KV cache (VLLM_CPU_KVCACHE_SPACE): never kept from the record."""
+    sized = copy.deepcopy(mi50)
+    for node in sized["numa_nodes"]:
+        node["memory_mb"] = 64000
+    kept = deploy(fleet(sized))
+    deployed = artifact.load_artifact(kept)["instances"]
+    grown = copy.deepcopy(sized)
+    grown["numa_nodes"][3]["memory_mb"] = 128000
+    plan = fleet_plan_by_host(fleet(grown), deployed=kept)
+    changed = [i for i in plan["instances"] if i not in deployed]
+    assert [(i["name"], i["numa_nodes"], i["binding"]["ranks"][0]["memory_mb"]) for i in changed] == [
+        ("vllm-3", [3], 128000)]
+    # An edited record is not believed either: today's memory comes back.
+    edited = artifact.load_artifact(kept)
+    edited["instances"][0]["binding"]["ranks"][0]["memory_mb"] = 1
+    plan = fleet_plan_by_host(fleet(sized), deployed=artifact.dump_artifact(edited))
+    assert plan["instances"] == deployed
+
+
 def test_a_cpu_instance_formed_again_takes_the_ordinal_of_its_nodes(mi50):
     kept = deploy(fleet(without_node_cpus(mi50, 2)))
     deployed = artifact.load_artifact(kept)["instances"]

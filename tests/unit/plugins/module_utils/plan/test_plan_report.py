@@ -49,6 +49,16 @@ def test_a_deployed_host_says_what_changed():
     assert lines[2] == "gateway routes llama: a-vllm-0 :8000, a-vllm-1 :8001, a-vllm-2 :8002, b-vllm-0 :8000"
 
 
+def test_cpu_instances_are_said_by_their_nodes_not_by_gpus():
+    def cpu(ordinal, nodes):
+        return dict(instance("c", ordinal, []), device="cpu", numa_nodes=nodes)
+    before = plan(cpu(0, [0]), cpu(1, [1]))
+    after = plan(cpu(0, [0, 1]), cpu(2, [2]))
+    lines = plan_report.run_report(before, after, context(fleet=["c"], in_run=["c"], converged=["c"]))
+    assert lines[0] == ("deployed: c: vllm-0 re-formed (CPU on NUMA nodes 0,1, :8000, was CPU on NUMA node 0, :8000); "
+                        "vllm-1 removed (CPU on NUMA node 1, :8001); vllm-2 new (CPU on NUMA node 2, :8002)")
+
+
 def test_unchanged_restarted_and_removed_instances():
     after = copy.deepcopy(BEFORE)
     after["instances"][0]["deployed"]["unit_sha1"] = SHA2

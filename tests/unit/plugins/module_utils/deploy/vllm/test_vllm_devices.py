@@ -147,6 +147,10 @@ AMD_ADVICE = (r"^vllm_executable: is required on amd hosts while vllm_install is
 def test_amd_without_an_executable_is_refused_with_the_advice():
     with pytest.raises(ValueError, match=AMD_ADVICE):
         units([AMD_INSTANCE])
+    # A package name alone would have pip fetch PyPI's (CUDA) build of it.
+    with pytest.raises(ValueError, match=AMD_ADVICE + r".*\(vllm_package 'vllm==0\.33\.0\.post1', "
+                                                      r"vllm_pip_find_links ''\)$"):
+        units([AMD_INSTANCE], vllm_package="vllm==0.33.0.post1")
     # Installed by hand into the venv (vllm_install false), or a ROCm wheel of one's own: accepted.
     units([AMD_INSTANCE], vllm_install=False)
     assert units([AMD_INSTANCE], vllm_package="vllm==0.33.0.post1",
