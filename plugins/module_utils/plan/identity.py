@@ -143,8 +143,6 @@ def survivors_of(old, facts, exclude):
     excluded = set(exclude)
     usable = usable_cpus(facts)
     cpu_nodes = set(node.get("id") for node in facts.get("numa_nodes") or () if node.get("cpus"))
-    # A rank's memory_mb sizes its KV cache: a recorded value that is not
-    # today's (memory changed, or the record was edited) forms it again.
     memory = dict((node.get("id"), node.get("memory_mb")) for node in facts.get("numa_nodes") or ())
 
     def present(member):
@@ -155,11 +153,26 @@ def survivors_of(old, facts, exclude):
     def placed(instance):
         if contract.device(instance) == "cpu":
             return (bool(instance.get("numa_nodes")) and set(instance["numa_nodes"]) <= cpu_nodes
-                    and all(rank.get("memory_mb") == memory.get(rank.get("node")) for rank in contract.ranks(instance)))
+                    and all(same_memory(rank.get("memory_mb"), memory.get(rank.get("node")))
+                            for rank in contract.ranks(instance)))
         return instance.get("gpus") and all(map(present, instance["gpus"]))
 
     return [instance for instance in old
             if placed(instance) and set(parse_cpulist(instance.get("cpus") or "")) <= usable]
+
+
+# A rank's memory_mb sizes its KV cache. A node's MemTotal drifts by a few MB
+# under virtio-mem or a balloon (seen between two runs on a VM): a kept rank
+# keeps its recorded value within this share of today's, and is formed again
+# past it (memory added or removed, or a record edited by hand).
+MEMORY_DRIFT = 0.05
+
+
+def same_memory(recorded, today):
+    """Whether a rank recorded with RECORDED MB still stands on a node of TODAY MB."""
+    if recorded is None or today is None:
+        return recorded is None and today is None
+    return abs(recorded - today) <= MEMORY_DRIFT * today
 
 
 def _gpu_ids(instances):
