@@ -16,10 +16,10 @@
         One completion per served model NAME through URL (the gateway):
         HTTP status and the model that answered.
 
-    engine_probe.py load URL MODEL STOPFILE SECONDS THREADS
-        THREADS loops POST short completions for MODEL to URL until
-        STOPFILE exists or SECONDS have passed: requests sent, failed (the
-        first few errors).
+    engine_probe.py load URL MODEL STOPFILE SECONDS THREADS INTERVAL
+        THREADS loops POST short completions for MODEL to URL, INTERVAL
+        seconds apart, until STOPFILE exists or SECONDS have passed:
+        requests sent, failed (the first few errors).
 
     engine_probe.py metrics URL...
         GET each URL (an instance's /metrics): status and how many vllm:
@@ -157,7 +157,7 @@ def models(url, names):
     return report
 
 
-def load(url, model, stopfile, seconds, threads):
+def load(url, model, stopfile, seconds, threads, interval):
     lock = threading.Lock()
     tally = {"sent": 0, "failed": 0, "failures": []}
     deadline = time.monotonic() + seconds
@@ -179,8 +179,7 @@ def load(url, model, stopfile, seconds, threads):
                     tally["failed"] += 1
                     if len(tally["failures"]) < 10:
                         tally["failures"].append(error)
-            # Paced: the engines share two cores with the roll's starts.
-            time.sleep(0.5)
+            time.sleep(interval)
 
     workers = [threading.Thread(target=loop) for dummy in range(threads)]
     started = time.monotonic()
@@ -210,8 +209,8 @@ def main(argv):
         result = dict((spec["unit"], check_unit(spec)) for spec in json.loads(argv[1]))
     elif len(argv) >= 3 and argv[0] == "models":
         result = models(argv[1], argv[2:])
-    elif len(argv) == 6 and argv[0] == "load":
-        result = load(argv[1], argv[2], argv[3], float(argv[4]), int(argv[5]))
+    elif len(argv) == 7 and argv[0] == "load":
+        result = load(argv[1], argv[2], argv[3], float(argv[4]), int(argv[5]), float(argv[6]))
     elif len(argv) >= 2 and argv[0] == "metrics":
         result = metrics(argv[1:])
     else:
