@@ -137,8 +137,8 @@ def usable_cpus(facts):
 def survivors_of(old, facts, exclude):
     """The deployed instances whose GPUs all sit on the host at the same
     index, none excluded now (a CPU instance: whose NUMA nodes all have
-    CPUs still, each rank recording its node's memory of today), and whose
-    CPUs are all still usable."""
+    CPUs still, each rank's recorded memory_mb the same as its node's today
+    by same_memory), and whose CPUs are all still usable."""
     gpus = dict((gpu.get("id"), gpu) for gpu in facts.get("gpus") or ())
     excluded = set(exclude)
     usable = usable_cpus(facts)
