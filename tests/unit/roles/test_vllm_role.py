@@ -164,7 +164,8 @@ def run_hosts(tmp_path, hosts, check=False, diff=False, playbook=PLAYBOOK, verbo
     inventory = {"all": {"hosts": {}}}
     for name, variables in hosts.items():
         host_vars = {k: v for k, v in variables.items() if v is not None}
-        host_vars.update(ansible_connection="local", ansible_python_interpreter=str(PYTHON))
+        host_vars.setdefault("ansible_python_interpreter", str(PYTHON))
+        host_vars.update(ansible_connection="local")
         inventory["all"]["hosts"][name] = host_vars
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(playbook)
@@ -629,6 +630,28 @@ def test_vllm_cpu_host_installs_offline_and_drops_the_cuda_only_packages(tmp_pat
     rc, output, recap = run_hosts(tmp_path, {"cpu": variables}, check=True)
     assert rc == 0 and recap["cpu"]["changed"] == 1, output
     assert "torchvision" in installed(venv)
+
+
+@pytest.mark.parametrize("case", ["cpu_tp2", "h100_tp4"])
+def test_check_mode_on_a_host_without_the_pip_modules_library_says_it_would_install(tmp_path, case):
+    """A host the role has not installed yet lacks `packaging` (python3-packaging comes with
+    vllm_packages, which check mode only says it would install): Ansible's pip module cannot
+    start there. Check mode says the engine would be installed; a real run still fails."""
+    bare = tmp_path / "bare"
+    subprocess.run([str(PYTHON), "-m", "venv", "--without-pip", str(bare)], check=True)
+    has = subprocess.run([str(bare / "bin" / "python"), "-c", "import packaging"], capture_output=True, check=False)
+    assert has.returncode != 0  # the host this test stands for
+    instances = CASES[case]["instances"] if "instances" in CASES[case] else plan_instances(case)
+    variables = dict(staging_vars(tmp_path), vllm_instances=instances, vllm_install=True, vllm_executable="",
+                     vllm_venv=str(tmp_path / "venv"), vllm_python=str(PYTHON), vllm_packages=[],
+                     ansible_python_interpreter=str(bare / "bin" / "python"))
+    rc, output, recap = run_hosts(tmp_path, {"fresh": variables}, check=True)
+    assert rc == 0 and recap["fresh"]["failed"] == 0, output
+    assert re.search(r"TASK \[gpufleet\.numa\.vllm : Install vLLM into its virtualenv\][^\n]*\n(\*+\n)?changed: \[fresh\]",
+                     output), output
+    assert not (tmp_path / "venv").exists()
+    rc, output, recap = run_hosts(tmp_path, {"fresh": variables})
+    assert rc != 0 and "required Python library (packaging)" in output, output
 
 
 REPORT_PLAYBOOK = """\
