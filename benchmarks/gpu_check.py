@@ -117,14 +117,15 @@ def bandwidth(node, size_mib, reps):
             device = torch.empty(size, dtype=torch.uint8, device="cuda")
             h2d = copy_seconds(torch, host, device, reps)
             d2h = copy_seconds(torch, device, host, reps)
-            print("%4d  %3d  %-24s %9.1f %9.1f" % (node, index, torch.cuda.get_device_name(index)[:24],
-                                                     size / h2d / 1e9, size / d2h / 1e9), flush=True)
+            name = torch.cuda.get_device_name(index)[:24]
+            print("%4d  %3d  %-24s %9.1f %9.1f" % (node, index, name, size / h2d / 1e9, size / d2h / 1e9),
+                  flush=True)
             del device
     return 0
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     commands = parser.add_subparsers(dest="command", required=True)
     compare_cmd = commands.add_parser("compare", help="numa_facts per source against nvidia-smi and sysfs")
     compare_cmd.add_argument("directory")

@@ -96,7 +96,7 @@ def parse_case(parser, validate, prefix, argv):
 
 
 def main(argv):
-    options = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    options = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     options.add_argument("--version", help="fail unless this is the vLLM version imported")
     args = options.parse_args(argv)
     if args.version and vllm.__version__ != args.version:

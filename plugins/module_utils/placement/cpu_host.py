@@ -84,10 +84,10 @@ def _no_instance(host, tp, sockets, bare):
     if not sockets and not bare:
         return _error(host, "gpufleet_device_class is cpu, but the topology facts list no NUMA node with CPUs")
     unknown = any(not key.known for key, dummy in sockets)
+    alone = " (a node whose socket the facts do not know stands as its own socket)" if unknown else ""
     return _error(host, "tp_size %d (gpufleet_tp_size) needs %d NUMA nodes with usable CPUs on one socket for a CPU "
                         "instance (one rank per node, never across sockets; allow_span does not apply); its sockets "
-                        "hold at most %d%s" % (tp, tp, most, " (a node whose socket the facts do not know stands as "
-                                                               "its own socket)" if unknown else ""))
+                        "hold at most %d%s" % (tp, tp, most, alone))
 
 
 def plan_cpu_host(view, opts, fleet_slots=None, gpu_warnings=()):

@@ -504,8 +504,7 @@ def test_vllm_device_classes_as_systemd_reads_them(rendered):
     amd = readings("mi300x_amd_tp2")
     assert [r["environment"]["ROCR_VISIBLE_DEVICES"] for r in amd] == ["0,1", "2,3", "4,5", "6,7"]
     for reading in amd:
-        assert not set(reading["environment"]) & {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
-                                                 "CUDA_DEVICE_ORDER"}
+        assert not set(reading["environment"]) & {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"}
         # The operator's vLLM for ROCm (vllm_executable), TP 2.
         assert reading["argv"][3].endswith("/bin/vllm") and reading["argv"][4] == "serve"
         assert reading["argv"][reading["argv"].index("--tensor-parallel-size") + 1] == "2"

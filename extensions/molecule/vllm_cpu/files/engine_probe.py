@@ -39,7 +39,7 @@ def cpulist(text):
     out = set()
     for part in text.strip().split(","):
         if part:
-            low, _, high = part.partition("-")
+            low, dummy, high = part.partition("-")
             out.update(range(int(low), int(high or low) + 1))
     return out
 

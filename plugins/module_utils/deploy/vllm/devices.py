@@ -18,7 +18,7 @@ import re
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_checks, engine_options
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_checks
 
 # visible: the variables that name the instance's devices (the audit reads
 # the first); services: wanted and ordered before the unit where they exist;
