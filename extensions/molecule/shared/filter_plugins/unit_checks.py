@@ -11,6 +11,7 @@ import shlex
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 
 
 def _logical_lines(text):
@@ -45,8 +46,11 @@ def unit_placement(text):
         raise AnsibleFilterError("unit has no ExecStart")
     argv = shlex.split(settings["ExecStart"])
     result = {"gpu_indices": [], "cpus": None, "cpu_nodes": None, "mem_nodes": None, "mem_policy": None, "argv": argv}
-    if env.get("CUDA_VISIBLE_DEVICES"):
-        result["gpu_indices"] = [int(i) for i in env["CUDA_VISIBLE_DEVICES"].split(",")]
+    # The GPUs are named by the device class's own variable (NVIDIA
+    # CUDA_VISIBLE_DEVICES, AMD ROCR_VISIBLE_DEVICES; devices.py's table).
+    for device in devices.CLASSES.values():
+        if device.visible and env.get(device.visible[0]):
+            result["gpu_indices"] = [int(i) for i in env[device.visible[0]].split(",")]
     if argv and argv[0].endswith("numactl"):
         for arg in argv[1:]:
             if not arg.startswith("--"):
