@@ -52,7 +52,7 @@ def _error(host, text):
     return error
 
 
-def device_class(view, requested, excluded=()):
+def device_class(view, requested, excluded):
     """(class, warnings) of a host (HostFacts) under its gpufleet_device_class;
     EXCLUDED (per GPU, view.gpus order) marks the GPUs exclude_gpus names,
     whose vendors do not count (an excluded display GPU of another vendor
@@ -62,7 +62,6 @@ def device_class(view, requested, excluded=()):
     class and the GPUs disagree, or when it cannot be told.
     """
     host = view.host
-    excluded = tuple(excluded) or (False,) * len(view.vendors)
     vendors = sorted(set(v or "unknown" for v, out in zip(view.vendors, excluded) if not out))
     if requested == "cpu":
         if view.gpus:
