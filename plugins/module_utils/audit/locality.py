@@ -243,11 +243,12 @@ def check_process(view, proc, memory_threshold=DEFAULT_MEMORY_THRESHOLD, instanc
     and its device environment (the visible-device variable of DEVICE, its
     instance's device class; None: the class of the GPUs it holds). Returns
     (findings, placed) where placed says where the process actually is:
-    {cpu_nodes, memory_node, misplaced}."""
+    {cpu_nodes, memory_node, misplaced, remote_memory_percent: the share of
+    its memory on nodes other than its GPUs', None when unknown}."""
     host = view.host
     subject = _subject(proc)
     findings = []
-    placed = {"cpu_nodes": None, "memory_node": None, "misplaced": False}
+    placed = {"cpu_nodes": None, "memory_node": None, "misplaced": False, "remote_memory_percent": None}
     held = [view.gpu(b) for b in proc["gpus"] if view.gpu(b)]
     unknown = [b for b in proc["gpus"] if not view.gpu(b)]
     if unknown:
@@ -275,6 +276,8 @@ def check_process(view, proc, memory_threshold=DEFAULT_MEMORY_THRESHOLD, instanc
     if not held:
         return findings, placed
     nodes = set(g["numa_node"] for g in held if g.get("numa_node") is not None)
+    if nodes and total:
+        placed["remote_memory_percent"] = _percent(sum(kb for n, kb in memory.items() if n not in nodes), total)
     if len(nodes) < len(set(id(g) for g in held)) and any(g.get("numa_node") is None for g in held):
         findings.append(finding(
             host, "info", "gpu_node_unknown", subject,

@@ -72,6 +72,8 @@ def audit_host(facts, processes, host=None, deployed=None, memory_threshold=loca
         group["cpu_nodes"] = sorted(set(n for w in where for n in (w["cpu_nodes"] or [])))
         memory_nodes = [w["memory_node"] for w in where if w["memory_node"] is not None]
         group["memory_node"] = memory_nodes[0] if memory_nodes else None
+        shares = [w["remote_memory_percent"] for w in where if w["remote_memory_percent"] is not None]
+        group["remote_memory_percent"] = max(shares) if shares else None
     findings.extend(plan_findings)
     findings.sort(key=lambda f: (-locality.severity_rank(f["severity"]), f["code"], f["subject"]))
     counts = dict((s, 0) for s in locality.SEVERITIES)

@@ -1,0 +1,40 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""What the deploy writes for Prometheus beside the inventory, as data.
+
+metrics_files() takes the record (the kept plan) and the inventory's
+addresses and returns file name -> content (a dict or list) for every
+file of gpufleet_metrics_dir: the vLLM, gateway and node exporter
+targets (file_sd) and the alert rules. The filter shell serialises
+them. Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import prometheus, rules, targets
+
+OPTIONS = ("addresses", "gateways", "nodes", "node_exporter_port", "down_for")
+
+
+def metrics_files(record, options):
+    """file name -> content. options: addresses (GPU host -> the address
+    its instances listen on), gateways (gateway host -> {listen, port,
+    reach}), nodes (host -> its address, for node exporters),
+    node_exporter_port, down_for (gpufleet_alert_down_for)."""
+    if not isinstance(options, dict):
+        raise ValueError("metrics_files: options must be a mapping (got %s)" % value_checks.show(options))
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError("metrics_files: unknown option(s) %s (known: %s)" % (", ".join(unknown), ", ".join(OPTIONS)))
+    missing = [name for name in OPTIONS if name not in options]
+    if missing:
+        raise ValueError("metrics_files: missing option(s) %s" % ", ".join(missing))
+    names = prometheus.TARGET_FILES
+    return {
+        names[rules.VLLM_JOB]: targets.vllm_targets(record, options["addresses"]),
+        names[rules.GATEWAY_JOB]: targets.gateway_targets(options["gateways"]),
+        names[rules.NODE_JOB]: prometheus.node_targets(options["nodes"], options["node_exporter_port"]),
+        prometheus.RULE_FILE: rules.alert_rules(options["down_for"]),
+    }
