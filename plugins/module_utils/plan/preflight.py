@@ -22,6 +22,7 @@ import re
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as vllm_variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import policy as host_preflight
 
 PREFIXES = ("gpufleet_", "vllm_", "gateway_", "numa_", "audit_")
 
@@ -31,7 +32,7 @@ PREFIXES = ("gpufleet_", "vllm_", "gateway_", "numa_", "audit_")
 PLAYBOOK_VARIABLES = (
     "numa_capture", "gpufleet_node_address", "gpufleet_socket_ifname", "gpufleet_become", "gpufleet_plan_file",
     "gpufleet_decommission", "audit_plan", "audit_report", "audit_fail_on", "audit_memory_threshold",
-    "audit_unit_prefix", "audit_become",
+    "audit_unit_prefix", "audit_become", "gpufleet_preflight", "numa_preflight_capture",
 ) + tuple(variable for option, variable, kind in host_settings.SETTINGS)
 INVENTORY_VARIABLES = ("gpufleet_repo", "gpufleet_fixtures", "gpufleet_staging")
 
@@ -155,8 +156,14 @@ def gateway_errors(variables, defaults):
 
 
 def placement_errors(host, variables):
-    """The gpufleet_* placement settings of one GPU host, each checked."""
+    """The gpufleet_* placement settings of one GPU host, each checked, and
+    its host preflight policy (gpufleet_preflight)."""
     errors = []
+    if host_preflight.VARIABLE in variables:
+        try:
+            host_preflight.check_policy(variables[host_preflight.VARIABLE])
+        except ValueError as exc:
+            errors.append(str(exc))
     for option, variable, kind in host_settings.SETTINGS:
         if variable not in variables:
             continue

@@ -74,15 +74,20 @@ def cgroup_mounts(reader, warnings):
     return CgroupMounts(v2, v1)
 
 
-def _cpuset_files(reader, slice_name, warnings):
+# The cpuset files of the CPUs and of the memory nodes: (cgroup v2 names, cgroup v1 names).
+CPUSET_CPUS = (("cpuset.cpus.effective",), ("cpuset.effective_cpus", "cpuset.cpus"))
+CPUSET_MEMS = (("cpuset.mems.effective",), ("cpuset.effective_mems", "cpuset.mems"))
+
+
+def cpuset_files(reader, slice_name, warnings, names=CPUSET_CPUS):
     """The cpuset files that may limit the services, most specific first:
     cgroup v2 (cpuset.cpus.effective) where mountinfo says it is mounted,
     then cgroup v1's cpuset controller (cpuset.effective_cpus, cpuset.cpus),
-    each for the slice, then for the root this host shows."""
+    each for the slice, then for the root this host shows. names: the files
+    to look for (CPUSET_CPUS, or CPUSET_MEMS for the memory nodes)."""
     mounts = cgroup_mounts(reader, warnings)
     paths = []
-    for top, names in ((mounts.v2, ("cpuset.cpus.effective",)),
-                       (mounts.v1_cpuset, ("cpuset.effective_cpus", "cpuset.cpus"))):
+    for top, names in ((mounts.v2, names[0]), (mounts.v1_cpuset, names[1])):
         if top is None:
             continue
         top = "" if top == "/" else top
@@ -93,7 +98,7 @@ def _cpuset_files(reader, slice_name, warnings):
 
 def _cpuset_limit(reader, slice_name, warnings):
     """The first cpuset file that reads and names CPUs, as a limit (None when none does)."""
-    for path in _cpuset_files(reader, slice_name, warnings):
+    for path in cpuset_files(reader, slice_name, warnings):
         text = list_text(reader.read(path), warnings)
         if text is None:
             continue

