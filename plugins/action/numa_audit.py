@@ -34,6 +34,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.audit import instanc
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import replay as audit_replay
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result as audit_result
+from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth.checks import check_bandwidth
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 
@@ -77,6 +78,20 @@ def module_failure(module, host):
     if isinstance(stderr, str) and stderr.strip():
         msg += " (module stderr: %s)" % show(stderr.strip()[-1000:], limit=1100)
     return msg
+
+
+def kept_bandwidth(result, deployed, host):
+    """The host's measured bandwidth from the kept plan (hosts.HOST.bandwidth,
+    docs/bandwidth.md), checked whole, for the report; a bad one is not shown
+    and a warning says why."""
+    hosts = deployed.get("hosts") if isinstance(deployed, dict) else None
+    entry = hosts.get(host) if isinstance(hosts, dict) else None
+    if not isinstance(entry, dict) or "bandwidth" not in entry:
+        return
+    try:
+        result["bandwidth"] = check_bandwidth("hosts.%s.bandwidth" % show(host), entry["bandwidth"])
+    except ValueError as exc:
+        result["warnings"] = list(result.get("warnings") or []) + ["kept plan: not shown: %s" % exc]
 
 
 class ActionModule(ActionBase):
@@ -161,6 +176,7 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             return dict(result, failed=True, msg="numa_audit %s: %s" % (host, to_text(exc)))
         result.update(extra)
+        kept_bandwidth(result, deployed, host)
         result["changed"] = False
         failed, msg = audit_result.gate(result, severity)
         if failed:

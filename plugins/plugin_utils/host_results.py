@@ -22,9 +22,9 @@ the rest is dropped. One checker for every such result:
   host still renders.
 
 A spec is one of: a type name ("str", "text", "int", "signed", "bool",
-"cpulist", "argv", "severity", "source", "unit_source", "capture", "any"), that name with
-"?" (null allowed), ("list", item, max items), ("map", value, max
-entries[, "node"]) with string keys (node ids: digits), or ("dict",
+"cpulist", "argv", "severity", "source", "unit_source", "capture",
+"bandwidth", "any"), that name with "?" (null allowed), ("list", item,
+max items), ("map", value, max entries[, "node"]) with string keys (node ids: digits), or ("dict",
 {key: spec}, required keys); a container kind with "?" allows null. Dicts
 keep only their spec's keys. Pure functions over plain dicts; controller
 only.
@@ -33,6 +33,7 @@ only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import SEVERITIES
+from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth.checks import check_bandwidth
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import validate_capture
@@ -93,6 +94,7 @@ HOST_RESULT = ("dict", {
     "warnings": ("list", "str", MAX_ITEMS), "processes": ("list", PROCESS, MAX_ITEMS), "unit_states": UNIT_STATES,
     "today_plan": "any", "summary": ("list", "any", MAX_ITEMS), "capture": "any",
     "plan_file": "str?", "capture_file": "str?", "changed": "bool", "failed": "bool", "msg": "str?",
+    "bandwidth": "bandwidth?",
 }, ("host", "findings"))
 
 
@@ -140,10 +142,14 @@ PREFLIGHT_READINGS = ("dict", {
 NUMA_PREFLIGHT_FIELDS = dict(GENERIC_FIELDS, readings=PREFLIGHT_READINGS, topology=("map", "any", MAX_ITEMS),
                              capture=("map", "any", MAX_ITEMS))
 
+# numa_bandwidth: the host's figures (docs/bandwidth.md), checked whole.
+NUMA_BANDWIDTH_FIELDS = dict(GENERIC_FIELDS, bandwidth="bandwidth")
+
 # The table: per module, its top-level fields and its facts.
 MODULE_FIELDS = {
     "numa_facts": {"fields": NUMA_FACTS_FIELDS, "facts": NUMA_FACTS_FACTS},
     "numa_audit": {"fields": NUMA_AUDIT_FIELDS, "facts": {}},
+    "numa_bandwidth": {"fields": NUMA_BANDWIDTH_FIELDS, "facts": {}},
     "numa_preflight": {"fields": NUMA_PREFLIGHT_FIELDS, "facts": {}},
 }
 
@@ -205,6 +211,11 @@ def _scalar(path, kind, value):
     if kind == "capture":
         try:
             return validate_capture(value, path)
+        except ValueError as exc:
+            raise ShapeError(path, str(exc))
+    if kind == "bandwidth":
+        try:
+            return check_bandwidth(path, value)
         except ValueError as exc:
             raise ShapeError(path, str(exc))
     raise AssertionError("unknown spec %r" % kind)

@@ -13,6 +13,7 @@ Pure functions; controller only.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_bandwidth
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import SEVERITIES, severity_rank
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_text import instance_state_text
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_svg import LINK_STYLES, MISPLACED, PALETTE, escape, host_svg
@@ -100,7 +101,7 @@ def _instances_table(instances):
 
 def html_report(results, title="GPU / NUMA topology audit", generated=None):
     """One self-contained HTML page: totals, then per host its diagram,
-    findings, deployed-plan state and warnings."""
+    findings, deployed-plan state, measured bandwidth and warnings."""
     totals = dict((s, 0) for s in SEVERITIES)
     for r in results:
         for f in r["findings"]:
@@ -125,6 +126,7 @@ def html_report(results, title="GPU / NUMA topology audit", generated=None):
         out.append(_legend(r))
         out.append(_findings_table(r["findings"]))
         out.append(_instances_table(r.get("instances")))
+        out.append(report_bandwidth.section(r.get("bandwidth")))
         warnings = list(r.get("warnings") or []) + list(topo.get("warnings") or [])
         if warnings:
             out.append("<details><summary>%d warning(s)</summary><ul>%s</ul></details>" % (

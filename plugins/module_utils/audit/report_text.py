@@ -13,6 +13,7 @@ Pure functions; controller only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import SEVERITIES, severity_rank
+from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth.verdict import verdict
 
 INSTANCE_STATES = ("running", "stopped", "failed", "unknown")  # instance_state.STATES
 
@@ -43,8 +44,9 @@ def instance_counts(instances):
 
 
 def text_table(results):
-    """Lines: a summary per host, then one row per finding (worst first)
-    with its fix on the next line."""
+    """Lines: a summary per host (and its measured bandwidth's verdict, when
+    the kept plan holds one), then one row per finding (worst first) with
+    its fix on the next line."""
     lines = []
     for r in results:
         counts = r.get("counts") or {}
@@ -52,6 +54,8 @@ def text_table(results):
             r["host"], ", ".join("%d %s" % (counts.get(s, 0), s) for s in reversed(SEVERITIES)),
             sum(len(g.get("pids") or []) for g in r.get("groups") or []), r.get("process_source") or "no process source",
             instance_counts(r.get("instances"))))
+        if r.get("bandwidth"):
+            lines.append("%s: measured bandwidth: %s" % (r["host"], verdict(r["bandwidth"])["text"]))
     findings = all_findings(results)
     if not findings:
         lines.append("no findings")

@@ -21,6 +21,7 @@ Errors are ValueError("PLAN: FIELD: RULE (got VALUE)"), e.g.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import checks as bandwidth_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_device, run_record
@@ -96,7 +97,7 @@ def _check_counts(instances, hosts):
 
 
 def _check_host_entry(host, entry):
-    """hosts[HOST]: {gpus, options?, files?, hardware?}; returns the hardware record or None."""
+    """hosts[HOST]: {gpus, options?, files?, hardware?, bandwidth?}; returns the hardware record or None."""
     where = "hosts.%s" % vc.show(host)
     _host("hosts key", host)
     entry = _mapping(where, entry)
@@ -108,9 +109,11 @@ def _check_host_entry(host, entry):
         run_record.check_files(where + ".files", entry["files"])
     # Plans written before the record have no "hardware" key; a null one is
     # damage (it would switch the hardware checks off), refused below.
-    if "hardware" not in entry:
-        return None
-    return _check_hardware(where + ".hardware", entry["hardware"])
+    hardware = None if "hardware" not in entry else _check_hardware(where + ".hardware", entry["hardware"])
+    if "bandwidth" in entry:
+        bandwidth_checks.check_bandwidth(where + ".bandwidth", entry["bandwidth"],
+                                         None if hardware is None else hardware["numa_nodes"])
+    return hardware
 
 
 def _check_hardware(where, record):

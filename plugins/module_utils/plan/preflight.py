@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import re
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import settings as bandwidth_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as vllm_variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
@@ -33,7 +34,8 @@ PLAYBOOK_VARIABLES = (
     "numa_capture", "gpufleet_node_address", "gpufleet_socket_ifname", "gpufleet_become", "gpufleet_plan_file",
     "gpufleet_decommission", "audit_plan", "audit_report", "audit_fail_on", "audit_memory_threshold",
     "audit_unit_prefix", "audit_become", "gpufleet_preflight", "numa_preflight_capture",
-) + tuple(variable for option, variable, kind in host_settings.SETTINGS)
+) + tuple(variable for option, variable, kind in host_settings.SETTINGS) + tuple(
+    sorted(bandwidth_settings.VARIABLES.values()))  # playbooks/measure_bandwidth.yml
 INVENTORY_VARIABLES = ("gpufleet_repo", "gpufleet_fixtures", "gpufleet_staging")
 
 # Inputs of a play keyword (serial): play keywords do not see inventory

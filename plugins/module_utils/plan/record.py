@@ -15,6 +15,7 @@ entries of hosts still in the fleet. Pure functions over plain dicts.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import checks as bandwidth_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan.run_record import RUN_FIELDS
@@ -78,11 +79,47 @@ def record_hosts(record, proposal, hosts, runs):
         files = runs.get(host, {}).get("files")
         if isinstance(files, dict):
             entry["files"] = files
+        kept_bandwidth(entry, record["hosts"].get(host))
         hosts_out[host] = entry
     unused = [u for u in record["unused"] if u["host"] not in converged] + _of_hosts(proposal["unused"], converged)
     kept = set(hosts_out) - converged
     warnings = _warnings_of(record, kept) + _warnings_of(proposal, converged)
     return _rebuilt(hosts_out, instances, unused, warnings)
+
+
+def kept_bandwidth(entry, recorded):
+    """A host entry that replaces a recorded one keeps its `bandwidth`
+    (docs/bandwidth.md) while the host's hardware record is the same: the
+    figures describe the hardware, not the plan. Changed hardware drops
+    them (measure again)."""
+    if recorded and "bandwidth" in recorded and recorded.get("hardware") == entry.get("hardware"):
+        entry["bandwidth"] = recorded["bandwidth"]
+    return entry
+
+
+def record_bandwidth(record, measured):
+    """The kept plan with each measured host's figures (measured: host ->
+    a checked `bandwidth` record) in its host entry. Only recorded hosts
+    keep them: a host entry stands for a deployed host, so a host the
+    record does not hold gets none (its figures are shown, not kept).
+    Returns {record, kept: [hosts], not_kept: {host: why}}."""
+    record = record or empty_record()
+    hosts = dict(record["hosts"])
+    kept, not_kept = [], {}
+    for host in sorted(measured):
+        if host not in hosts:
+            not_kept[host] = "not in the kept plan (deploy it first; its figures are shown above)"
+            continue
+        nodes = (hosts[host].get("hardware") or {}).get("numa_nodes")
+        try:
+            bandwidth_checks.check_bandwidth("hosts.%s.bandwidth" % host, measured[host],
+                                             None if nodes is None else set(nodes))
+        except ValueError as exc:
+            not_kept[host] = "its figures do not fit its kept entry (%s): deploy it again, then measure" % exc
+            continue
+        hosts[host] = dict(hosts[host], bandwidth=measured[host])
+        kept.append(host)
+    return {"record": dict(record, hosts=hosts), "kept": kept, "not_kept": not_kept}
 
 
 def as_proposal(record):
