@@ -17,7 +17,8 @@ node M and every thread runs on node C's CPUs. It prints one JSON line:
 - mode gpu: {"method": "torch-cuda-pinned", "copies": [{index, gpu, name,
   h2d_seconds, d2h_seconds, bytes}]}: pinned host memory to each device and
   back, best time of each (CUDA events); or {"skipped": why} without torch
-  or without a device.
+  or without a device (the GPU part always tries torch: KERNEL chooses only
+  the memory kernel).
 - anything that goes wrong: {"error": why}.
 
 Each timed pass repeats for SECONDS after one warm-up pass (at least 3
@@ -118,17 +119,17 @@ def gpu_copies(torch, size, seconds):
 def main(mode, kernel, size, seconds):
     # CUDA's own device order is not PCI order (docs: DESIGN "GPUs").
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    torch = None
-    if kernel in ("auto", "torch"):
+    torch, missing = None, None
+    if mode == "gpu" or kernel != "stdlib":
         try:
             import torch
         except Exception as exc:
-            if kernel == "torch" or mode == "gpu":
-                key = "error" if kernel == "torch" else "skipped"
-                return {key: "no torch in %s (%s)" % (sys.executable, str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)}
+            missing = "no torch in %s (%s)" % (sys.executable, (str(exc).splitlines() or [type(exc).__name__])[0][:200])
     if mode == "gpu":
-        return gpu_copies(torch, size, seconds)
-    if torch is not None:
+        return {"skipped": missing} if torch is None else gpu_copies(torch, size, seconds)
+    if torch is None and kernel == "torch":
+        return {"error": missing}
+    if torch is not None and kernel != "stdlib":
         return memory_torch(torch, size, seconds)
     return memory_stdlib(size, seconds)
 

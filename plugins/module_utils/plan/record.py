@@ -16,6 +16,7 @@ entries of hosts still in the fleet. Pure functions over plain dicts.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import checks as bandwidth_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan.run_record import RUN_FIELDS
@@ -112,7 +113,7 @@ def record_bandwidth(record, measured):
             continue
         nodes = (hosts[host].get("hardware") or {}).get("numa_nodes")
         try:
-            bandwidth_checks.check_bandwidth("hosts.%s.bandwidth" % host, measured[host],
+            bandwidth_checks.check_bandwidth("hosts.%s.bandwidth" % show(host), measured[host],
                                              None if nodes is None else set(nodes))
         except ValueError as exc:
             not_kept[host] = "its figures do not fit its kept entry (%s): deploy it again, then measure" % exc
