@@ -14,6 +14,9 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import files, prometheus, textfile
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 
 def _text(name, content):
@@ -23,9 +26,32 @@ def _text(name, content):
     return yaml.safe_dump(content, default_flow_style=False, sort_keys=False, width=1000)
 
 
-def metrics_files(record, **options):
+def _reach(hostvars, host):
+    """Where the controller's inventory says a host is: ansible_host, else its name."""
+    value = hostvars[host].get("ansible_host") if hasattr(hostvars[host], "get") else None
+    return str(value) if value else str(host)
+
+
+def metrics_files(record, hostvars, addresses, gateways, nodes, node_exporter_port, down_for):
+    """file name -> text of every file of gpufleet_metrics_dir. Each gateway's
+    exporter comes from its own gateway_metrics_* over the gateway role's
+    defaults; nodes are the hosts whose node exporter is scraped."""
+    if not hasattr(hostvars, "keys"):
+        raise AnsibleFilterError("gpufleet.numa.metrics_files expects hostvars as its first argument")
+    errors = []
+    defaults = role_files.defaults("gateway")
+    exporters = {}
+    for host in gateways or []:
+        merged = preflight.role_variables(defaults, role_files.inventory_variables(hostvars, host, errors), {})
+        exporters[str(host)] = {"listen": plain(merged["gateway_metrics_address"]),
+                                "port": plain(merged["gateway_metrics_port"]), "reach": _reach(hostvars, host)}
+    if errors:
+        raise AnsibleFilterError("; ".join(errors))
+    options = {"addresses": plain(addresses), "gateways": exporters,
+               "nodes": dict((str(h), _reach(hostvars, h)) for h in nodes or []),
+               "node_exporter_port": plain(node_exporter_port), "down_for": plain(down_for)}
     try:
-        return dict((name, _text(name, content)) for name, content in files.metrics_files(record, options).items())
+        return dict((name, _text(name, content)) for name, content in files.metrics_files(plain(record), options).items())
     except ValueError as exc:
         raise AnsibleFilterError(str(exc))
 

@@ -12,26 +12,10 @@ import os
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.common.secret_mask import is_secret_name
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
-
-
-def _inventory_variables(hostvars, host, errors):
-    """HOST's variables with the collection's prefixes, as plain values; one
-    that cannot be evaluated is an error (its text cut, never a value)."""
-    out = {}
-    variables = hostvars[host]
-    for name in preflight.inventory_names(list(variables.keys())):
-        try:
-            out[name] = plain(variables[name])
-        except Exception as exc:  # a template error of the inventory's
-            # The template's text may hold the secret it was to give.
-            reason = "reason hidden" if is_secret_name(name) else vc.show(str(exc), 200)
-            errors.append("%s: %s: cannot be evaluated (%s)" % (host, name, reason))
-    return out
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import inventory_variables
 
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024
@@ -75,8 +59,8 @@ def preflight_errors(hostvars, gpu_hosts, gateway_hosts=()):
     if not hasattr(hostvars, "keys"):
         raise AnsibleFilterError("gpufleet.numa.preflight_errors expects hostvars")
     errors = []
-    gpu = dict((str(h), _inventory_variables(hostvars, h, errors)) for h in gpu_hosts or [])
-    gateways = dict((str(h), _inventory_variables(hostvars, h, errors)) for h in gateway_hosts or [])
+    gpu = dict((str(h), inventory_variables(hostvars, h, errors)) for h in gpu_hosts or [])
+    gateways = dict((str(h), inventory_variables(hostvars, h, errors)) for h in gateway_hosts or [])
     try:
         errors.extend(preflight.check_fleet(
             gpu, gateways, role_files.spec_names(), role_files.defaults("vllm"), role_files.defaults("gateway"),
@@ -95,14 +79,15 @@ def listener_clashes(backends, hostvars, gateway_hosts=()):
     vllm_defaults, gateway_defaults = role_files.defaults("vllm"), role_files.defaults("gateway")
     instances = []
     for backend in plain(backends) or []:
-        own = _inventory_variables(hostvars, backend["host"], errors) if backend["host"] in hostvars else {}
+        own = inventory_variables(hostvars, backend["host"], errors) if backend["host"] in hostvars else {}
         merged = preflight.role_variables(vllm_defaults, own, {})
         instances.append(dict(backend, listen=str(merged["vllm_listen_host"])))
     gateways = {}
     for host in gateway_hosts or []:
-        merged = preflight.role_variables(gateway_defaults, _inventory_variables(hostvars, host, errors), {})
+        merged = preflight.role_variables(gateway_defaults, inventory_variables(hostvars, host, errors), {})
         listeners = [("gateway_listen_address", merged["gateway_listen_address"], merged["gateway_listen_port"]),
-                     ("gateway_stats_address", merged["gateway_stats_address"], merged["gateway_stats_port"])]
+                     ("gateway_stats_address", merged["gateway_stats_address"], merged["gateway_stats_port"]),
+                     ("gateway_metrics_address", merged["gateway_metrics_address"], merged["gateway_metrics_port"])]
         gateways[str(host)] = [(name, str(address), int(port)) for name, address, port in listeners if int(port)]
     return errors + preflight.listener_clashes(instances, gateways)
 

@@ -2,13 +2,20 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """The collection's own role files, read on the controller: every option
-name of the roles' meta/argument_specs.yml, and each role's defaults."""
+name of the roles' meta/argument_specs.yml, and each role's defaults; and
+a host's inventory variables with the collection's prefixes, as the roles
+would take them over those defaults."""
 
 from __future__ import annotations
 
 import os
 
 import yaml
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.secret_mask import is_secret_name
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
 ROLES = ("vllm", "gateway")
@@ -38,3 +45,18 @@ def extra_var_names():
     from ansible.parsing.dataloader import DataLoader
     from ansible.utils.vars import load_extra_vars
     return set(load_extra_vars(DataLoader()))
+
+
+def inventory_variables(hostvars, host, errors):
+    """HOST's variables with the collection's prefixes, as plain values; one
+    that cannot be evaluated is an error (its text cut, never a value)."""
+    out = {}
+    variables = hostvars[host]
+    for name in preflight.inventory_names(list(variables.keys())):
+        try:
+            out[name] = plain(variables[name])
+        except Exception as exc:  # a template error of the inventory's
+            # The template's text may hold the secret it was to give.
+            reason = "reason hidden" if is_secret_name(name) else vc.show(str(exc), 200)
+            errors.append("%s: %s: cannot be evaluated (%s)" % (host, name, reason))
+    return out

@@ -66,11 +66,12 @@ def demo(tmp_path_factory):
     staging = tmp_path / "staging"
     hosts = demo_hosts()
     base_port = free_base_port(hosts.values())
-    gateway = {"address": "127.0.0.1", "port": free_port(), "stats_port": free_port()}
+    gateway = {"address": "127.0.0.1", "port": free_port(), "stats_port": free_port(), "metrics_port": free_port()}
     overrides = {
         "gpufleet_base_port": base_port,
         "gateway_listen_port": gateway["port"],
         "gateway_stats_port": gateway["stats_port"],
+        "gateway_metrics_port": gateway["metrics_port"],
         "gateway_manage_service": False,
         "vllm_manage_service": False,
         # HAProxy runs unprivileged in the foreground here.
@@ -117,7 +118,7 @@ def demo(tmp_path_factory):
         wait_for_health(processes, "haproxy", gateway["address"], gateway["port"])
         wait_until(lambda: set(haproxy_server_states(gateway["address"], gateway["stats_port"]).values()) == {"UP"},
                    15, what="every backend UP")
-        yield {"instances": instances, "servers": servers, "gateway": gateway, "hosts": hosts,
+        yield {"instances": instances, "servers": servers, "gateway": gateway, "hosts": hosts, "staging": staging,
                "processes": processes, "playbook_output": result.stdout}
     finally:
         processes.stop_all()
@@ -171,3 +172,25 @@ def test_demo_gateway_answers_every_request_from_every_instance(demo):
         answered[key] = answered.get(key, 0) + 1
     assert set(answered) == {(e["address"], e["port"]) for e in demo["instances"]}, answered
     print("demo fleet: %d instances answered %s" % (len(answered), sorted(answered.values())))
+
+
+def test_demo_gateway_exports_every_server_to_prometheus(demo):
+    """HAProxy's own exporter (PROMEX) on the gateway's metrics port: every
+    server of the rendered configuration, UP, as Prometheus reads it."""
+    gateway = demo["gateway"]
+    status, dummy, body = http_request(gateway["address"], gateway["metrics_port"], "GET", "/metrics")
+    assert status == 200
+    text = body.decode()
+    up = set(re.findall(r'^haproxy_server_status\{proxy="[^"]+",server="([^"]+)",state="UP"\} 1$', text, re.M))
+    assert up == set(demo["servers"]), text[:2000]
+    assert http_request(gateway["address"], gateway["metrics_port"], "GET", "/other")[0] == 404
+
+
+def test_demo_deploy_writes_a_scrape_target_per_running_instance(demo):
+    """The file_sd targets the deploy wrote: one per rendered unit, at the
+    address and port it listens on, with its host and instance labels."""
+    targets = json.loads((demo["staging"] / "prometheus" / "vllm.json").read_text())
+    written = {group["labels"]["instance"].replace("/", "-"): group["targets"] for group in targets}
+    assert written == {e["key"]: ["%s:%d" % (e["address"], e["port"])] for e in demo["instances"]}
+    gateways = json.loads((demo["staging"] / "prometheus" / "gateway.json").read_text())
+    assert [g["targets"] for g in gateways] == [["127.0.0.1:%d" % demo["gateway"]["metrics_port"]]]

@@ -102,7 +102,7 @@ def gateway(tmp_path_factory):
         "gateway_haproxy": HAPROXY, "gateway_user": "", "gateway_group": "", "gateway_chroot": "",
         "gateway_admin_socket": "", "gateway_log_target": "",
         "gateway_listen_address": ADDRESS, "gateway_listen_port": gateway["port"],
-        "gateway_stats_port": gateway["stats_port"], "gateway_api_key": GATEWAY_KEY,
+        "gateway_stats_port": gateway["stats_port"], "gateway_metrics_port": 0, "gateway_api_key": GATEWAY_KEY,
         "gateway_tls_certificate": str(certificate), "gateway_buffer_size": BUFFER,
         "gateway_check_interval": "300ms", "gateway_check_fall": 2, "gateway_check_rise": 1,
     }

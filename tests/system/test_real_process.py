@@ -174,6 +174,7 @@ def inventory(staging, addresses, gateway, binding):
                     "gateway_api_key": API_KEY,
                     "gateway_listen_port": gateway["port"],
                     "gateway_stats_port": gateway["stats_port"],
+                    "gateway_metrics_port": 0,
                     "gateway_haproxy": HAPROXY,
                     # Unprivileged, in the foreground: no user switch, chroot or sockets under /run.
                     "gateway_user": "",

@@ -569,6 +569,7 @@ BASE = {
     "gateway_timeout_http_keep_alive": "12s", "gateway_timeout_queue": "30s", "gateway_retries": 4,
     "gateway_maxconn": 4096, "gateway_server_maxconn": 16, "gateway_monitor_uri": "/gateway/health",
     "gateway_stats_address": "127.0.0.2", "gateway_stats_port": 48404, "gateway_stats_uri": "/stats",
+    "gateway_metrics_address": "127.0.0.3", "gateway_metrics_port": 48405,
     "gateway_log_target": "/dev/log", "gateway_user": "root", "gateway_group": "root",
     "gateway_chroot": "/var/empty", "gateway_admin_socket": "/run/haproxy/admin.sock",
     "gateway_admin_socket_group": "root", "gateway_api_key": GATEWAY_KEY,
@@ -632,6 +633,9 @@ PLACES = {
 }
 PLACES["gateway_listen_port"] = PLACES["gateway_listen_address"]
 PLACES["gateway_stats_port"] = PLACES["gateway_stats_address"]
+PLACES["gateway_metrics_address"] = [("frontend prometheus", ("bind",), 1,
+                                      lambda v: socket(v["gateway_metrics_address"], v["gateway_metrics_port"]))]
+PLACES["gateway_metrics_port"] = PLACES["gateway_metrics_address"]
 
 PATH_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/"
 URL_CHARS = PATH_CHARS + "~!$&()*+,;=:@%?"
@@ -662,7 +666,10 @@ VALID = {
     "gateway_listen_port": st.integers(1, 30000),
     # The statistics page has no login: loopback only.
     "gateway_stats_address": st.one_of(st.ip_addresses(network="127.0.0.0/8").map(str), st.just("::1")),
-    "gateway_stats_port": st.integers(30001, 65535),
+    "gateway_stats_port": st.integers(30001, 47999),
+    # The exporter: loopback here (beyond it, it takes the key: test_settings_metrics.py).
+    "gateway_metrics_address": st.one_of(st.ip_addresses(network="127.0.0.0/8").map(str), st.just("::1")),
+    "gateway_metrics_port": st.integers(48000, 65535).filter(lambda p: p != 48404),
     "gateway_balance": st.sampled_from(["leastconn", "roundrobin", "static-rr", "first", "source", "random"]),
     "gateway_check_path": http_paths,
     "gateway_check_interval": durations,

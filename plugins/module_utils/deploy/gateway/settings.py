@@ -60,7 +60,7 @@ VARIABLES = (
     "gateway_admin_socket", "gateway_admin_socket_group", "gateway_config_path",
     "gateway_install", "gateway_package", "gateway_haproxy", "gateway_manage_service",
     "gateway_service_name", "gateway_api_key", "gateway_allow_unauthenticated", "gateway_tls_certificate",
-    "gateway_buffer_size", "gateway_backend_api_keys",
+    "gateway_buffer_size", "gateway_backend_api_keys", "gateway_metrics_address", "gateway_metrics_port",
 )
 TIMEOUTS = ("connect", "client", "server", "tunnel", "http_request", "http_keep_alive", "queue")
 
@@ -315,6 +315,21 @@ def stats_access(s):
             "gateway_allow_unauthenticated: true to let anyone in", s["stats_address"])
 
 
+def metrics_access(s):
+    """The Prometheus exporter shows every backend's counters: on loopback
+    (a Prometheus on the gateway host) it is open, beyond loopback it takes
+    the gateway's own key (Authorization: Bearer gateway_api_key), unless
+    the gateway lets anyone in (gateway_allow_unauthenticated)."""
+    if s["metrics_port"] == 0 or s["allow_unauthenticated"] or vc.is_loopback(s["metrics_address"]):
+        return ""
+    if not s["api_key_digest"]:
+        vc.fail("gateway_metrics_address",
+                "needs gateway_api_key while the exporter listens beyond loopback (gateway_metrics_port set): "
+                "Prometheus then sends it as a bearer token (prometheus_gateway_api_key); or listen on "
+                "127.0.0.1, or set gateway_allow_unauthenticated: true to let anyone in", s["metrics_address"])
+    return s["api_key_digest"]
+
+
 def manage_service(name, value):
     """'auto', or one of MANAGE_SERVICE's words read by value_checks.boolean: 'true' or 'false'."""
     if isinstance(value, str):
@@ -335,7 +350,7 @@ def models_json(found):
 
 def check_settings(variables):
     """Return the checked settings (keys without the gateway_ prefix, plus
-    listen_socket, stats_socket, and socket for each backend). Raises
+    listen_socket, stats_socket, metrics_socket, and socket for each backend). Raises
     ValueError naming the first variable that breaks its rule."""
     if not isinstance(variables, dict):
         raise ValueError("gateway_settings expects a dict of the role's gateway_* variables")
@@ -379,6 +394,13 @@ def check_settings(variables):
         vc.fail("gateway_stats_port", "must differ from gateway_listen_port (0 turns the statistics page off)",
                 v["gateway_stats_port"])
     stats_access(s)
+    s["metrics_address"] = listen_address("gateway_metrics_address", v["gateway_metrics_address"])
+    s["metrics_port"] = port("gateway_metrics_port", v["gateway_metrics_port"], allow_zero=True)
+    if s["metrics_port"] and s["metrics_port"] in (s["listen_port"], s["stats_port"]):
+        vc.fail("gateway_metrics_port", "must differ from gateway_listen_port and gateway_stats_port (0 turns the "
+                "exporter off)", v["gateway_metrics_port"])
+    # The digest the exporter checks ('' when it is open).
+    s["metrics_key_digest"] = metrics_access(s)
     s["log_target"] = log_target("gateway_log_target", v["gateway_log_target"])
     s["user"] = vc.account("gateway_user", v["gateway_user"]) if v["gateway_user"] != "" else ""
     s["group"] = vc.account("gateway_group", v["gateway_group"]) if v["gateway_group"] != "" else ""
@@ -397,4 +419,5 @@ def check_settings(variables):
     s["body_reader"] = s["config_path"].rsplit("/", 1)[0] + "/" + BODY_READER
     s["listen_socket"] = socket(s["listen_address"], s["listen_port"])
     s["stats_socket"] = socket(s["stats_address"], s["stats_port"])
+    s["metrics_socket"] = socket(s["metrics_address"], s["metrics_port"])
     return s
