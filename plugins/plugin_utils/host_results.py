@@ -129,18 +129,14 @@ NUMA_AUDIT_FIELDS = {
 }
 NUMA_AUDIT_REQUIRED = ("topology",)
 
-# numa_preflight: what the module reads on the target (its findings are
-# the controller's: module_utils/preflight/findings.py).
+# numa_preflight: what the module reads (its findings are the controller's: module_utils/preflight/findings.py).
 _PROBE = ("dict", {"instance": "str", "command": "text", "output": "str?", "skipped": "str?"}, ("instance",))
 PREFLIGHT_READINGS = ("dict", {
-    "numactl": "str?", "numa_balancing": "str?",
-    "cpuset": ("dict?", {"path": "str", "mems": "cpulist"}, ("path", "mems")),
+    "numactl": "str?", "numa_balancing": "str?", "cpuset": ("dict?", {"path": "str", "mems": "cpulist"}, ("path", "mems")),
     "persistence": ("dict?", {"source": "str", "gpus": ("map", "bool", MAX_ITEMS)}, ("source", "gpus")),
     "nvswitches": ("list?", "str", MAX_ITEMS), "fabric_manager": ("map?", "str", 16), "systemd": "bool?",
-    "probes": ("list", _PROBE, MAX_ITEMS), "warnings": ("list", "str", MAX_ITEMS),
-}, ("probes",))
-NUMA_PREFLIGHT_FIELDS = dict(GENERIC_FIELDS, readings=PREFLIGHT_READINGS, topology=("map", "any", MAX_ITEMS),
-                             capture=("map", "any", MAX_ITEMS))
+    "probes": ("list", _PROBE, MAX_ITEMS), "warnings": ("list", "str", MAX_ITEMS)}, ("probes",))
+NUMA_PREFLIGHT_FIELDS = dict(GENERIC_FIELDS, readings=PREFLIGHT_READINGS, topology=("map", "any", MAX_ITEMS), capture=("map", "any", MAX_ITEMS))
 
 # numa_bandwidth: the host's figures (docs/bandwidth.md), checked whole.
 NUMA_BANDWIDTH_FIELDS = dict(GENERIC_FIELDS, bandwidth="bandwidth")
