@@ -58,16 +58,20 @@ def metrics_files(record, hostvars, addresses, gateways, nodes, node_exporter_po
 
 def prometheus_settings(variables):
     try:
-        settings = prometheus.check_settings(variables)
+        settings = prometheus.check_settings(plain(variables))
     except ValueError as exc:
         raise AnsibleFilterError(str(exc))
     return dict(settings, config=_text("prometheus.yml", prometheus.scrape_config(settings)))
 
 
-def audit_metrics(result, memory_threshold):
+def audit_metrics(result, memory_threshold, directory):
+    """{path, text}: the *.prom file in `directory` (audit_textfile_dir) and its text."""
     if not isinstance(result, dict):
         raise AnsibleFilterError("gpufleet.numa.audit_metrics expects one host's numa_audit result")
-    return textfile.audit_metrics(result, memory_threshold)
+    try:
+        return textfile.textfile(plain(result), plain(memory_threshold), plain(directory))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc))
 
 
 class FilterModule(object):

@@ -15,6 +15,7 @@ only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules
 
 # The files the deploy writes into gpufleet_metrics_dir and the role
@@ -25,34 +26,52 @@ SUBDIRECTORY = "gpufleet"
 GATEWAY_KEY_FILE = "gateway-api-key"
 
 
-def _value(variables, name):
-    if name not in variables:
-        raise ValueError("%s: missing (the role's defaults set it)" % name)
-    return variables[name]
+# Every variable the role takes (defaults/main.yml gives each a value).
+VARIABLES = (
+    "prometheus_server", "prometheus_node_exporter", "prometheus_install", "prometheus_server_package",
+    "prometheus_node_exporter_package", "prometheus_files_dir", "prometheus_scrape_interval",
+    "prometheus_evaluation_interval", "prometheus_config_dir", "prometheus_self_address", "prometheus_self_port",
+    "prometheus_gateway_api_key", "prometheus_manage_service",
+)
+PACKAGE_RULE = "must be a package name (letters, digits, '+', '.', '_', '-')"
 
 
 def check_settings(variables):
-    """The role's variables, checked; ValueError names the variable and its rule."""
+    """The role's variables, checked (keys without the prometheus_ prefix,
+    plus gpufleet_dir); ValueError names the variable and its rule."""
     if not isinstance(variables, dict):
-        raise ValueError("prometheus_settings expects a mapping of the role's variables")
+        raise ValueError("prometheus_settings expects a mapping of the role's prometheus_* variables")
+    missing = [key for key in VARIABLES if key not in variables]
+    unknown = sorted(str(key) for key in variables if key not in VARIABLES)
+    if missing or unknown:
+        raise ValueError("prometheus_settings: missing variable(s) %s; unknown variable(s) %s"
+                         % (", ".join(missing) or "none", ", ".join(unknown) or "none"))
+    v = variables
     out = {
-        "server": value_checks.boolean("prometheus_server", _value(variables, "prometheus_server")),
-        "node_exporter": value_checks.boolean("prometheus_node_exporter",
-                                              _value(variables, "prometheus_node_exporter")),
-        "scrape_interval": rules.duration("prometheus_scrape_interval",
-                                          _value(variables, "prometheus_scrape_interval")),
-        "evaluation_interval": rules.duration("prometheus_evaluation_interval",
-                                              _value(variables, "prometheus_evaluation_interval")),
-        "config_dir": value_checks.absolute_path("prometheus_config_dir", _value(variables, "prometheus_config_dir")),
-        "textfile_dir": value_checks.absolute_path("prometheus_textfile_dir",
-                                                   _value(variables, "prometheus_textfile_dir")),
-        "self_address": value_checks.address("prometheus_self_address",
-                                             _value(variables, "prometheus_self_address")),
-        "self_port": value_checks.port("prometheus_self_port", _value(variables, "prometheus_self_port")),
+        "server": value_checks.boolean("prometheus_server", v["prometheus_server"]),
+        "node_exporter": value_checks.boolean("prometheus_node_exporter", v["prometheus_node_exporter"]),
+        "install": value_checks.boolean("prometheus_install", v["prometheus_install"]),
+        "scrape_interval": rules.duration("prometheus_scrape_interval", v["prometheus_scrape_interval"]),
+        "evaluation_interval": rules.duration("prometheus_evaluation_interval", v["prometheus_evaluation_interval"]),
+        "config_dir": value_checks.absolute_path("prometheus_config_dir", v["prometheus_config_dir"]),
+        "self_address": value_checks.address("prometheus_self_address", v["prometheus_self_address"]),
+        "self_port": value_checks.port("prometheus_self_port", v["prometheus_self_port"]),
+        "manage_service": gateway_settings.manage_service("prometheus_manage_service", v["prometheus_manage_service"]),
     }
-    key = _value(variables, "prometheus_gateway_api_key")
+    for name in ("prometheus_server_package", "prometheus_node_exporter_package"):
+        out[name[len("prometheus_"):]] = value_checks.text(name, v[name], gateway_settings.PACKAGE, PACKAGE_RULE)
+    key = v["prometheus_gateway_api_key"]
     out["gateway_api_key"] = value_checks.api_key("prometheus_gateway_api_key", key) if key else ""
+    files_dir = v["prometheus_files_dir"]
+    out["files_dir"] = value_checks.absolute_path("prometheus_files_dir", files_dir, allow_empty=True)
+    if out["server"] and not out["files_dir"]:
+        value_checks.fail("prometheus_files_dir", "is required with prometheus_server: the controller directory "
+                          "the deploy writes the Prometheus files into (gpufleet_metrics_dir; playbooks/"
+                          "monitoring.yml sets it)", files_dir)
     out["gpufleet_dir"] = out["config_dir"].rstrip("/") + "/" + SUBDIRECTORY
+    out["files"] = [TARGET_FILES[job] for job in (rules.VLLM_JOB, rules.GATEWAY_JOB, rules.NODE_JOB)]
+    out["rule_file"] = RULE_FILE
+    out["gateway_key_file"] = GATEWAY_KEY_FILE
     return out
 
 

@@ -17,6 +17,9 @@ from __future__ import annotations
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 
+# The file node_exporter's textfile collector reads (*.prom) in audit_textfile_dir.
+FILE_NAME = "gpufleet-audit.prom"
+
 # Findings that say a planned instance does not run where it was placed.
 NOT_BOUND_CODES = ("process_locality", "instance_misplaced")
 
@@ -68,3 +71,10 @@ def audit_metrics(result, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD):
         lines.append("# TYPE %s gauge" % name)
         lines.extend(name + sample for sample in samples[name])
     return "\n".join(lines) + "\n"
+
+
+def textfile(result, memory_threshold, directory):
+    """{path, text}: where the audit writes one host's metrics (FILE_NAME in
+    directory, audit_textfile_dir) and what."""
+    directory = value_checks.absolute_path("audit_textfile_dir", directory)
+    return {"path": directory.rstrip("/") + "/" + FILE_NAME, "text": audit_metrics(result, memory_threshold)}

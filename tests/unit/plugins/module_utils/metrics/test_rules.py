@@ -10,6 +10,7 @@ test can fail)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -18,16 +19,13 @@ import yaml
 
 from ansible_collections.gpufleet.numa.plugins.filter import metrics as metrics_filters
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import prometheus, rules
+from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: scripts/setup installs Debian's prometheus")
 
-ROLE_DEFAULTS = {
-    "prometheus_server": True, "prometheus_node_exporter": True, "prometheus_scrape_interval": "15s",
-    "prometheus_evaluation_interval": "15s", "prometheus_config_dir": "/etc/prometheus",
-    "prometheus_textfile_dir": "/var/lib/prometheus/node-exporter", "prometheus_self_address": "127.0.0.1",
-    "prometheus_self_port": 9090, "prometheus_gateway_api_key": "",
-}
+with open(os.path.join(fixture_paths.REPO, "roles", "prometheus", "defaults", "main.yml")) as _defaults:
+    ROLE_DEFAULTS = dict(yaml.safe_load(_defaults), prometheus_files_dir="/srv/gpufleet/prometheus")
 VLLM = 'up{job="gpufleet-vllm", instance="gpu-a/vllm-0", host="gpu-a", model="llama", gpus="0,1,2,3", ' \
        'numa_nodes="0", socket="0"}'
 NODE = '{job="gpufleet-node", instance="gpu-a/node", host="gpu-a"}'
@@ -150,8 +148,23 @@ def test_promtool_accepts_the_scrape_configuration(tmp_path, key):
     ("prometheus_self_port", 0, "prometheus_self_port"),
     ("prometheus_server", "maybe", "prometheus_server: must be a boolean"),
     ("prometheus_gateway_api_key", "short", "prometheus_gateway_api_key"),
+    ("prometheus_files_dir", "", "prometheus_files_dir: is required with prometheus_server"),
+    ("prometheus_manage_service", "sometimes", "prometheus_manage_service"),
+    ("prometheus_server_package", "prometheus; rm", "prometheus_server_package"),
 ])
 def test_role_settings_errors_name_the_variable(name, value, message):
+    """Each bad value fails naming its variable; a key is never shown."""
     with pytest.raises(Exception, match=message) as caught:
         metrics_filters.prometheus_settings(dict(ROLE_DEFAULTS, **{name: value}))
     assert "short" not in str(caught.value) or name != "prometheus_gateway_api_key"
+
+
+def test_role_settings_name_missing_and_unknown_variables():
+    with pytest.raises(Exception, match=r"missing variable\(s\) prometheus_self_port; unknown variable\(s\) prometheus_x"):
+        metrics_filters.prometheus_settings(dict(
+            [(k, v) for k, v in ROLE_DEFAULTS.items() if k != "prometheus_self_port"], prometheus_x=1))
+
+
+def test_without_a_server_no_files_are_needed():
+    settings = metrics_filters.prometheus_settings(dict(ROLE_DEFAULTS, prometheus_server=False, prometheus_files_dir=""))
+    assert (settings["server"], settings["node_exporter"], settings["files_dir"]) == (False, True, "")

@@ -86,6 +86,18 @@ def test_a_bad_threshold_is_named(threshold):
         textfile.audit_metrics({"counts": {}}, threshold)
 
 
+@pytest.mark.parametrize("directory", ["", "var/lib/x", "/var/lib/../x", "/var/lib/x y", None])
+def test_a_bad_textfile_directory_is_named(directory):
+    with pytest.raises(ValueError, match="audit_textfile_dir"):
+        textfile.textfile({"counts": {}}, 20, directory)
+
+
+def test_the_file_is_a_prom_file_in_the_directory():
+    written = textfile.textfile({"counts": {}}, 20, "/var/lib/prometheus/node-exporter/")
+    assert written["path"] == "/var/lib/prometheus/node-exporter/gpufleet-audit.prom"
+    assert written["text"] == textfile.audit_metrics({"counts": {}}, 20)
+
+
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: scripts/setup installs Debian's prometheus")
 def test_promtool_lints_the_exposition():
     result = audit_scenario(DGX2, {"bound_node0": [DGX2_BUS[8]]}, deployed=deployed_plan(tp_size=1))
