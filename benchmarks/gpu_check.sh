@@ -9,6 +9,8 @@
 #      each answers a completion (needs root and a running systemd)
 #   3. pinned host-to-device and device-to-host bandwidth from each NUMA node
 #      to each GPU (numactl --cpunodebind=N --membind=N), as a table
+#   4. playbooks/measure_bandwidth.yml on this host with the engine venv's
+#      torch: memory per pair of nodes, the copies per node and GPU, the verdict
 # Without a GPU it says so and exits 0. Exit 1 when a step failed.
 #
 #   benchmarks/gpu_check.sh [--wheels DIR] [--venv DIR] [--work DIR]
@@ -182,6 +184,29 @@ for node_dir in /sys/devices/system/node/node[0-9]*; do
     --node "$node" --size-mib 256 --reps 5 $header || fail "bandwidth from node $node"
   header=
 done
+
+# --- 4. the bandwidth playbook on this host ----------------------------------
+step "playbooks/measure_bandwidth.yml on this host (the engine venv's torch)"
+mkdir -p "$work/bandwidth-inventory"
+cat >"$work/bandwidth-inventory/hosts.yml" <<YAML
+all:
+  children:
+    gpu_servers:
+      hosts:
+        localhost:
+          ansible_connection: local
+          ansible_python_interpreter: "{{ ansible_playbook_python }}"
+          gpufleet_bandwidth_python: $python
+          gpufleet_bandwidth_timeout: 300
+YAML
+if timeout 900 "$ansible_playbook" "$repo/playbooks/measure_bandwidth.yml" -i "$work/bandwidth-inventory" \
+    >"$work/bandwidth.log" 2>&1; then
+  sed -n '/TASK \[Show the figures and the verdict\]/,/^$/p' "$work/bandwidth.log" | tail -n +2
+  grep -q "from node [0-9]*: H2D" "$work/bandwidth.log" || fail "measure_bandwidth.yml: no host-device copy measured"
+else
+  tail -n 30 "$work/bandwidth.log"
+  fail "measure_bandwidth.yml"
+fi
 
 echo
 if ((${#failed[@]})); then
