@@ -21,7 +21,9 @@ import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import settings as bandwidth_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as vllm_variables
+from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules as metrics_rules
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import policy as host_preflight
 
@@ -34,6 +36,7 @@ PLAYBOOK_VARIABLES = (
     "numa_capture", "gpufleet_node_address", "gpufleet_socket_ifname", "gpufleet_become", "gpufleet_plan_file",
     "gpufleet_decommission", "audit_plan", "audit_report", "audit_fail_on", "audit_memory_threshold",
     "audit_unit_prefix", "audit_become", "gpufleet_preflight", "numa_preflight_capture",
+    "gpufleet_metrics_dir", "gpufleet_node_exporter_port", "gpufleet_alert_down_for", "audit_textfile_dir",
 ) + tuple(variable for option, variable, kind in host_settings.SETTINGS) + tuple(
     sorted(bandwidth_settings.VARIABLES.values()))  # playbooks/measure_bandwidth.yml
 INVENTORY_VARIABLES = ("gpufleet_repo", "gpufleet_fixtures", "gpufleet_staging")
@@ -232,18 +235,38 @@ def _positive(value):
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+# Playbook variables whose values are checked with the rest, so that the
+# files the run writes at its end cannot fail on them (docs/metrics.md).
+PLAYBOOK_CHECKS = (
+    ("gpufleet_alert_down_for", metrics_rules.duration),
+    ("gpufleet_node_exporter_port", value_checks.port),
+)
+
+
+def playbook_errors(variables):
+    """The values of PLAYBOOK_CHECKS' variables a host has, each checked."""
+    errors = []
+    for name, check in PLAYBOOK_CHECKS:
+        if name in variables:
+            try:
+                check(name, variables[name])
+            except ValueError as exc:
+                errors.append(str(exc))
+    return errors
+
+
 def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults, extra_vars=(), model_configs=None):
     """Every error of the fleet, as "HOST: VARIABLE: RULE (got VALUE)", GPU hosts then gateways, each sorted."""
     known = known_names(spec_names)
     errors = []
     for host in sorted(gpu_hosts):
         variables = gpu_hosts[host]
-        found = unknown_errors(variables, known, extra_vars) + placement_errors(host, variables)
+        found = unknown_errors(variables, known, extra_vars) + placement_errors(host, variables) + playbook_errors(variables)
         found += vllm_errors(variables, vllm_defaults) + model_errors(variables, model_configs or {})
         errors.extend("%s: %s" % (host, error) for error in found)
     for host in sorted(gateways):
         variables = gateways[host]
-        found = [] if host in gpu_hosts else unknown_errors(variables, known, extra_vars)
+        found = [] if host in gpu_hosts else unknown_errors(variables, known, extra_vars) + playbook_errors(variables)
         found += gateway_errors(variables, gateway_defaults)
         errors.extend("%s: %s" % (host, error) for error in found)
     return errors
