@@ -149,3 +149,17 @@ def test_the_device_class_set_in_the_inventory_decides_what_the_role_allows():
     cpu = check({"gpu-a": good_gpu(gpufleet_device_class="cpu", vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "4"})})
     assert len(cpu) == 1 and "VLLM_CPU_KVCACHE_SPACE" in cpu[0], cpu
     assert check({"gpu-a": good_gpu(vllm_environment={"VLLM_CPU_KVCACHE_SPACE": "4"})}) == []
+
+
+def test_the_metrics_variables_are_checked_before_anything_changes():
+    """The files a deploy writes at its end cannot fail there on a bad value:
+    checked with the fleet's variables, on GPU hosts and gateways."""
+    good = {"gpufleet_alert_down_for": "2m", "gpufleet_node_exporter_port": 9100,
+            "gpufleet_metrics_dir": "/srv/metrics", "audit_textfile_dir": "/var/lib/prometheus/node-exporter"}
+    assert check({"gpu-a": good_gpu(**good)}, {"lb-1": dict(good, gateway_listen_address="127.0.0.1")}) == []
+    errors = check({"gpu-a": good_gpu(gpufleet_alert_down_for="2 minutes")},
+                   {"lb-1": {"gateway_listen_address": "127.0.0.1", "gpufleet_node_exporter_port": 0}})
+    assert errors == [
+        "gpu-a: gpufleet_alert_down_for: must be a Prometheus duration such as 30s, 2m or 1h30m (units y w d h m s "
+        "ms, largest first) (got '2 minutes')",
+        "lb-1: gpufleet_node_exporter_port: must be at least 1 (got 0)"]
