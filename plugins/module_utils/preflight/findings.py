@@ -100,10 +100,10 @@ def _probe_finding(unit, entry, context):
                        fix)
     if missing:
         started = result["exit"] is not None and calls
+        stderr = ": " + result["stderr"] if result["stderr"] else ""
         reason = ("it was killed before %s (exit status %s: a SystemCallFilter= without SystemCallErrorNumber= "
                   "kills the process on a denied call)" % (missing[0], result["exit"]) if started else
-                  "it did not start (exit status %s%s)" % (result["exit"], ": " + result["stderr"] if result["stderr"]
-                                                            else ""))
+                  "it did not start (exit status %s%s)" % (result["exit"], stderr))
         return finding("syscalls", "critical", name, "the probe of %s made no %s %s: %s; the unit would fail the "
                        "same way" % (name, missing[0], where, reason), fix)
     if invalid:
