@@ -79,13 +79,10 @@ options:
       - The numactl program (a name looked up on the host's PATH, or a path).
     type: str
     default: numactl
-attributes:
-  check_mode:
-    support: full
-    details: It only runs short child processes that change nothing; check mode measures too.
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - gpufleet.numa.read_only
 notes:
+  - It only runs short child processes that change nothing; check mode measures too.
   - A whole host takes about (nodes with CPUs x nodes with memory + nodes) x (start + O(seconds))
     plus O(seconds) x 2 per GPU per node; about 15 s on two nodes with torch.
 """

@@ -87,4 +87,3 @@ def section(bandwidth):
                 escape(verdict(bandwidth)["text"]), escape(bandwidth["measured_at"]), escape(bandwidth["python"]),
                 bandwidth["size_mib"], chart(bandwidth), legend if rows(bandwidth) else "", _table(bandwidth),
                 "<ul>%s</ul>" % "".join("<li>%s</li>" % escape(n) for n in notes) if notes else ""))
-

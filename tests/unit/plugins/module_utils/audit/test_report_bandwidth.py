@@ -8,9 +8,7 @@ checks and the text table carry it."""
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ElementTree
-
-import pytest
+from xml.etree import ElementTree
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_bandwidth
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html

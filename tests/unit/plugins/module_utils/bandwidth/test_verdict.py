@@ -78,8 +78,8 @@ def test_verdict_gpu_without_its_node_compares_its_best_node_with_the_others():
 
 
 def test_verdict_one_numa_node_has_nothing_to_compare():
-    found = verdict.verdict(record(pairs=[(0, 0, 46.0)], gpu_notes=["not measured: torch 2.13.0+cpu sees no CUDA "
-                                                                   "or ROCm device"]))
+    note = "not measured: torch 2.13.0+cpu sees no CUDA or ROCm device"
+    found = verdict.verdict(record(pairs=[(0, 0, 46.0)], gpu_notes=[note]))
     assert found == {"text": "one NUMA node: nothing to compare", "worth": None, "effect": None, "ratios": []}
 
 
