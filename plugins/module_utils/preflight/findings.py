@@ -103,7 +103,7 @@ def _probe_finding(unit, entry, context):
         stderr = ": " + result["stderr"] if result["stderr"] else ""
         reason = ("it was killed before %s (exit status %s: a SystemCallFilter= without SystemCallErrorNumber= "
                   "kills the process on a denied call)" % (missing[0], result["exit"]) if started else
-                  "it did not start (exit status %s%s)" % (result["exit"], stderr))
+                  "it did not get to run (exit status %s%s)" % (result["exit"], stderr))
         return finding("syscalls", "critical", name, "the probe of %s made no %s %s: %s; the unit would fail the "
                        "same way" % (name, missing[0], where, reason), fix)
     if invalid:
