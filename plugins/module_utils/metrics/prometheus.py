@@ -100,7 +100,7 @@ def scrape_config(settings):
 def node_targets(hosts, port):
     """One file_sd target group per host's node exporter: hosts maps
     inventory host -> the address Prometheus reaches it at."""
-    port = value_checks.port("prometheus_node_exporter_port", port)
+    port = value_checks.port("gpufleet_node_exporter_port", port)
     groups = []
     for host in sorted(hosts):
         address = value_checks.address("host %s address (ansible_host)" % host, hosts[host])

@@ -24,6 +24,7 @@ import re
 import ipaddress
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import access
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
@@ -285,51 +286,6 @@ def redact_lines(lines, secrets):
     return kept
 
 
-def gateway_key(variables, listen_address):
-    """The SHA-256 (upper-case hex, as HAProxy's sha2(256),hex writes it) of
-    'Bearer KEY': the configuration holds the digest, never the key. ''
-    when no key is set, which a gateway beyond loopback may only be with
-    gateway_allow_unauthenticated."""
-    key = variables["gateway_api_key"]
-    allow = vc.boolean("gateway_allow_unauthenticated", variables["gateway_allow_unauthenticated"])
-    if key is None or key == "":
-        if not vc.is_loopback(listen_address) and not allow:
-            raise ValueError(
-                "gateway_api_key: is required when the gateway listens beyond loopback "
-                "(gateway_listen_address %s); set it (from a vault), or listen on 127.0.0.1, or set "
-                "gateway_allow_unauthenticated: true to let anyone in" % listen_address)
-        return ""
-    vc.api_key("gateway_api_key", key)
-    return hashlib.sha256(("Bearer " + key).encode("ascii")).hexdigest().upper()
-
-
-def stats_access(s):
-    """The statistics page has no login and shows every backend, its state
-    and counters: it listens on loopback (reach it over SSH), unless the
-    gateway itself lets anyone in (gateway_allow_unauthenticated)."""
-    if s["stats_port"] == 0 or s["allow_unauthenticated"] or vc.is_loopback(s["stats_address"]):
-        return
-    vc.fail("gateway_stats_address",
-            "must be a loopback address (127.0.0.1 or ::1) while gateway_stats_port is set: the statistics "
-            "page has no login and shows every backend; reach it through an SSH tunnel, or set "
-            "gateway_allow_unauthenticated: true to let anyone in", s["stats_address"])
-
-
-def metrics_access(s):
-    """The Prometheus exporter shows every backend's counters: on loopback
-    (a Prometheus on the gateway host) it is open, beyond loopback it takes
-    the gateway's own key (Authorization: Bearer gateway_api_key), unless
-    the gateway lets anyone in (gateway_allow_unauthenticated)."""
-    if s["metrics_port"] == 0 or s["allow_unauthenticated"] or vc.is_loopback(s["metrics_address"]):
-        return ""
-    if not s["api_key_digest"]:
-        vc.fail("gateway_metrics_address",
-                "needs gateway_api_key while the exporter listens beyond loopback (gateway_metrics_port set): "
-                "Prometheus then sends it as a bearer token (prometheus_gateway_api_key); or listen on "
-                "127.0.0.1, or set gateway_allow_unauthenticated: true to let anyone in", s["metrics_address"])
-    return s["api_key_digest"]
-
-
 def manage_service(name, value):
     """'auto', or one of MANAGE_SERVICE's words read by value_checks.boolean: 'true' or 'false'."""
     if isinstance(value, str):
@@ -364,7 +320,7 @@ def check_settings(variables):
     s["backends"], s["models"] = backends(v["gateway_backends"])
     s["listen_address"] = listen_address("gateway_listen_address", v["gateway_listen_address"])
     backend_api_keys(v["gateway_backend_api_keys"], s["models"])
-    s["api_key_digest"] = gateway_key(v, s["listen_address"])
+    s["api_key_digest"] = access.gateway_key(v, s["listen_address"])
     s["allow_unauthenticated"] = vc.boolean("gateway_allow_unauthenticated", v["gateway_allow_unauthenticated"])
     s["tls_certificate"] = vc.absolute_path("gateway_tls_certificate", v["gateway_tls_certificate"],
                                             allow_empty=True)
@@ -393,14 +349,14 @@ def check_settings(variables):
     if s["stats_port"] == s["listen_port"]:
         vc.fail("gateway_stats_port", "must differ from gateway_listen_port (0 turns the statistics page off)",
                 v["gateway_stats_port"])
-    stats_access(s)
+    access.stats_access(s)
     s["metrics_address"] = listen_address("gateway_metrics_address", v["gateway_metrics_address"])
     s["metrics_port"] = port("gateway_metrics_port", v["gateway_metrics_port"], allow_zero=True)
     if s["metrics_port"] and s["metrics_port"] in (s["listen_port"], s["stats_port"]):
         vc.fail("gateway_metrics_port", "must differ from gateway_listen_port and gateway_stats_port (0 turns the "
                 "exporter off)", v["gateway_metrics_port"])
     # The digest the exporter checks ('' when it is open).
-    s["metrics_key_digest"] = metrics_access(s)
+    s["metrics_key_digest"] = access.metrics_access(s)
     s["log_target"] = log_target("gateway_log_target", v["gateway_log_target"])
     s["user"] = vc.account("gateway_user", v["gateway_user"]) if v["gateway_user"] != "" else ""
     s["group"] = vc.account("gateway_group", v["gateway_group"]) if v["gateway_group"] != "" else ""

@@ -1,16 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""The alert rules and the scrape configuration, checked by Debian's real
-promtool: `promtool check rules`/`check config` accept what the filters
-write, and `promtool test rules` evaluates each alert over recorded series
-the way Prometheus would: it fires when it should, stays quiet when it
-should not, and a rule file with a longer `for` fails the same test (the
-test can fail)."""
+"""The alert rules, checked by Debian's real promtool: `promtool check
+rules` accepts what the filter writes, and `promtool test rules` evaluates
+each alert over recorded series the way Prometheus would: it fires when it
+should, stays quiet when it should not, and a rule file with a longer `for`
+fails the same test (the test can fail)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
@@ -18,14 +16,11 @@ import pytest
 import yaml
 
 from ansible_collections.gpufleet.numa.plugins.filter import metrics as metrics_filters
-from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import prometheus, rules
-from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: scripts/setup installs Debian's prometheus")
 
-with open(os.path.join(fixture_paths.REPO, "roles", "prometheus", "defaults", "main.yml")) as _defaults:
-    ROLE_DEFAULTS = dict(yaml.safe_load(_defaults), prometheus_files_dir="/srv/gpufleet/prometheus")
 VLLM = 'up{job="gpufleet-vllm", instance="gpu-a/vllm-0", host="gpu-a", model="llama", gpus="0,1,2,3", ' \
        'numa_nodes="0", socket="0"}'
 NODE = '{job="gpufleet-node", instance="gpu-a/node", host="gpu-a"}'
@@ -123,48 +118,3 @@ def test_the_rule_test_can_fail(tmp_path):
 def test_bad_durations_are_named(value):
     with pytest.raises(ValueError, match="gpufleet_alert_down_for"):
         rules.alert_rules(value)
-
-
-@pytest.mark.parametrize("key", ["", "sk-gw-0123456789abcdef"])
-def test_promtool_accepts_the_scrape_configuration(tmp_path, key):
-    settings = metrics_filters.prometheus_settings(dict(
-        ROLE_DEFAULTS, prometheus_config_dir=str(tmp_path), prometheus_gateway_api_key=key))
-    directory = tmp_path / prometheus.SUBDIRECTORY
-    directory.mkdir()
-    write_rules(directory, "1m")
-    (directory / prometheus.GATEWAY_KEY_FILE).write_text(key)
-    config = tmp_path / "prometheus.yml"
-    config.write_text(settings["config"])
-    result = promtool("check", "config", str(config))
-    assert result.returncode == 0, result.stdout + result.stderr
-    jobs = yaml.safe_load(settings["config"])["scrape_configs"]
-    assert [j["job_name"] for j in jobs] == ["prometheus", rules.VLLM_JOB, rules.GATEWAY_JOB, rules.NODE_JOB]
-    assert ("authorization" in jobs[2]) is bool(key)
-
-
-@pytest.mark.parametrize("name, value, message", [
-    ("prometheus_scrape_interval", "15", "prometheus_scrape_interval: must be a Prometheus duration"),
-    ("prometheus_config_dir", "etc/prometheus", "prometheus_config_dir"),
-    ("prometheus_self_port", 0, "prometheus_self_port"),
-    ("prometheus_server", "maybe", "prometheus_server: must be a boolean"),
-    ("prometheus_gateway_api_key", "short", "prometheus_gateway_api_key"),
-    ("prometheus_files_dir", "", "prometheus_files_dir: is required with prometheus_server"),
-    ("prometheus_manage_service", "sometimes", "prometheus_manage_service"),
-    ("prometheus_server_package", "prometheus; rm", "prometheus_server_package"),
-])
-def test_role_settings_errors_name_the_variable(name, value, message):
-    """Each bad value fails naming its variable; a key is never shown."""
-    with pytest.raises(Exception, match=message) as caught:
-        metrics_filters.prometheus_settings(dict(ROLE_DEFAULTS, **{name: value}))
-    assert "short" not in str(caught.value) or name != "prometheus_gateway_api_key"
-
-
-def test_role_settings_name_missing_and_unknown_variables():
-    with pytest.raises(Exception, match=r"missing variable\(s\) prometheus_self_port; unknown variable\(s\) prometheus_x"):
-        metrics_filters.prometheus_settings(dict(
-            [(k, v) for k, v in ROLE_DEFAULTS.items() if k != "prometheus_self_port"], prometheus_x=1))
-
-
-def test_without_a_server_no_files_are_needed():
-    settings = metrics_filters.prometheus_settings(dict(ROLE_DEFAULTS, prometheus_server=False, prometheus_files_dir=""))
-    assert (settings["server"], settings["node_exporter"], settings["files_dir"]) == (False, True, "")

@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""The gateway's Prometheus exporter settings: open on loopback, behind
-the gateway's key beyond it (or open with gateway_allow_unauthenticated),
-never on a port another listener has; errors name the variable."""
+"""deploy/gateway/access.py through the checked settings: the Prometheus
+exporter is open on loopback, behind the gateway's key beyond it (or open
+with gateway_allow_unauthenticated), never on a port another listener has;
+errors name the variable."""
 
 from __future__ import annotations
 

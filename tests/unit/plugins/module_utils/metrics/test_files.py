@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""metrics/files.py: the four files of gpufleet_metrics_dir from one
+record, as their own functions make them, and options checked by name."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import files, prometheus, rules, targets
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
+from ansible_collections.gpufleet.numa.tests.fixtures.paths import MACHINES
+
+DGX2 = facts_from_capture(os.path.join(MACHINES, "dgx2_v100_16gpu_nvswitch", "capture.yml"))
+
+
+def options(**changes):
+    found = {"addresses": {"gpu-a": "10.0.0.11"}, "gateways": {"lb": {"listen": "127.0.0.1", "port": 8405,
+                                                                     "reach": "10.0.0.2"}},
+             "nodes": {"gpu-a": "10.0.0.11", "lb": "10.0.0.2"}, "node_exporter_port": 9100, "down_for": "2m"}
+    found.update(changes)
+    return found
+
+
+def record():
+    plan = placement.plan_fleet({"gpu-a": copy.deepcopy(DGX2)}, tp_size=8)
+    for instance in plan["instances"]:
+        instance["served_model_name"] = "llama"
+    return plan
+
+
+def test_the_four_files_from_one_record():
+    written = files.metrics_files(record(), options())
+    assert written == {
+        "vllm.json": targets.vllm_targets(record(), {"gpu-a": "10.0.0.11"}),
+        "gateway.json": [{"targets": ["127.0.0.1:8405"], "labels": {"host": "lb", "instance": "lb/gateway"}}],
+        "node.json": prometheus.node_targets({"gpu-a": "10.0.0.11", "lb": "10.0.0.2"}, 9100),
+        "rules.yml": rules.alert_rules("2m"),
+    }
+    assert sorted(written) == sorted(list(prometheus.TARGET_FILES.values()) + [prometheus.RULE_FILE])
+    assert len(written["vllm.json"]) == 2
+
+
+@pytest.mark.parametrize("changed, message", [
+    (dict(options(), extra=1), r"unknown option\(s\) extra"),
+    (dict((k, v) for k, v in options().items() if k != "down_for"), r"missing option\(s\) down_for"),
+    ("options", "options must be a mapping"),
+    (options(down_for="soon"), "gpufleet_alert_down_for"),
+])
+def test_options_are_checked_by_name(changed, message):
+    with pytest.raises(ValueError, match=message):
+        files.metrics_files(record(), changed)
