@@ -10,6 +10,7 @@ library only (runs on targets).
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 
@@ -21,20 +22,32 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader impo
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.sysfs_limits import DEFAULT_SLICE
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def probe_python():
+    """The Python the probe runs with in the unit's sandbox: the system's
+    python3, which ProtectHome=/ProtectSystem= leave visible, else this one
+    (an interpreter under /home or /root would be hidden by the sandbox)."""
+    if os.path.isfile(SYSTEM_PYTHON) and os.access(SYSTEM_PYTHON, os.X_OK):
+        return SYSTEM_PYTHON
+    return sys.executable
+
+
 def read_live(units, root="/", which=None, pynvml=None, nvidia_smi="nvidia-smi", timeout=COMMAND_TIMEOUT,
               cgroup_slice=DEFAULT_SLICE, topology=True, record=False, python=None):
     """(readings, topology facts or None, capture or None) of this machine.
 
     units: the planned units to probe (readings.read_host); the numactl of
     the first unit with a numactl prefix answers `numactl --show`. python:
-    the interpreter the probe runs with in the unit's sandbox (this one's).
+    the interpreter the probe runs with in the unit's sandbox (probe_python()).
     """
     numactl = next((unit["prefix"][0] for unit in units if unit.get("prefix")), "numactl")
 
     def base(argv):
         return _default_runner(argv, timeout=timeout)
 
-    reader = LiveReader(root=root, which=which, runner=probe.probe_runner(base, python or sys.executable),
+    reader = LiveReader(root=root, which=which, runner=probe.probe_runner(base, python or probe_python()),
                         binaries={"nvidia-smi": nvidia_smi, "numactl": numactl}, timeout=timeout)
     hostname = socket.gethostname()
     if record:

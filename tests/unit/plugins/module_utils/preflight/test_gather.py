@@ -46,3 +46,8 @@ def test_read_live_this_machine_and_replay_its_capture():
 def test_replay_refuses_what_is_no_capture():
     with pytest.raises(ValueError, match="capture_version"):
         replay.replay({"files": {}}, [])
+
+
+def test_probe_python_is_the_system_python_where_there_is_one():
+    expected = gather.SYSTEM_PYTHON if os.access(gather.SYSTEM_PYTHON, os.X_OK) else None
+    assert gather.probe_python() == (expected or __import__("sys").executable)
