@@ -87,14 +87,16 @@ def times(value):
     return ("%.2fx" if value < 2 else "%.1fx") % value
 
 
-def describe(ratio):
-    """'H2D GPU 0 (0000:18:00.0): 12.2 GB/s from node 0, 3.8 GB/s from node 1 (3.2x)'."""
+def describe(ratio, with_ratio=True):
+    """'H2D GPU 0 (0000:18:00.0): 12.2 GB/s from node 0, 3.8 GB/s from node 1 (3.2x)'; without the
+    ratio where the sentence already says it."""
+    ratio_text = " (%s)" % times(_exact(ratio)) if with_ratio else ""
     if ratio["what"] == "memory":
-        return "memory: %.1f GB/s on node %s, %.1f GB/s across %s (%s)" % (
-            ratio["local_gbps"], ratio["local_node"], ratio["remote_gbps"], ratio["remote_node"], times(_exact(ratio)))
-    return "%s %s: %.1f GB/s from node %s, %.1f GB/s from node %s (%s)" % (
+        return "memory: %.1f GB/s on node %s, %.1f GB/s across %s%s" % (
+            ratio["local_gbps"], ratio["local_node"], ratio["remote_gbps"], ratio["remote_node"], ratio_text)
+    return "%s %s: %.1f GB/s from node %s, %.1f GB/s from node %s%s" % (
         ratio["what"], ratio["subject"], ratio["local_gbps"], ratio["local_node"], ratio["remote_gbps"],
-        ratio["remote_node"], times(_exact(ratio)))
+        ratio["remote_node"], ratio_text)
 
 
 def verdict(bandwidth):
@@ -103,7 +105,7 @@ def verdict(bandwidth):
     if ratios:
         top = max(ratios, key=_exact)
         if _exact(top) >= NOISE:
-            text = "binding worth %s here (%s)" % (times(_exact(top)), describe(top))
+            text = "binding worth %s here (%s)" % (times(_exact(top)), describe(top, with_ratio=False))
             return {"text": text, "worth": top["ratio"], "effect": True, "ratios": ratios}
         text = "no measurable effect (local within %d%% of remote: largest %s)" % (
             round((NOISE - 1) * 100), describe(top))
