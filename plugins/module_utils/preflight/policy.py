@@ -18,10 +18,13 @@ finding of every host once. Pure functions, standard library only
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import findings as findings_module
 
 VARIABLE = "gpufleet_preflight"
 POLICIES = ("fail", "warn", "off")
 DEFAULT = "fail"
+# A check a recorded capture cannot answer (findings.py words it so).
+UNRECORDED = findings_module.RECORDED
 
 
 def check_policy(value):
@@ -46,13 +49,24 @@ def refusals(findings, policies):
 
 def report_lines(findings, refused=None):
     """One line per finding, hosts sorted, critical first: "HOST: SEVERITY CHECK SUBJECT: MESSAGE (fix: FIX)",
-    then a line per refused host; ["no finding"] when there is none."""
+    then a line per refused host; ["no finding"] when there is none. The checks a
+    recorded capture cannot answer are one line per host (each finding, with its
+    why, stays in the module's result): a recorded fleet would otherwise say it a
+    dozen times."""
     order = {"critical": 0, "warning": 1, "info": 2}
     lines = []
     for host in sorted(findings):
+        unrecorded = []
         for f in sorted(findings[host], key=lambda f: order.get(f["severity"], 3)):
+            if f["severity"] == "info" and f["message"].startswith(UNRECORDED):
+                unrecorded.append("%s %s" % (f["check"], f["subject"]))
+                continue
             lines.append("%s: %s %s %s: %s%s" % (host, f["severity"], f["check"], f["subject"], f["message"],
                                                  " (fix: %s)" % f["fix"] if f["fix"] else ""))
+        if unrecorded:
+            lines.append("%s: info %s%s (record the host with its preflight inputs, or set "
+                         "numa_preflight_capture: '' to check it live)" % (
+                             host, UNRECORDED + "its capture cannot answer ", ", ".join(unrecorded)))
     for host in sorted(refused or {}):
         lines.append("%s: refused, keeps its recorded instances" % host)
     return lines or ["no finding"]

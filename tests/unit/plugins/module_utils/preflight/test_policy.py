@@ -38,3 +38,20 @@ def test_report_lines_critical_first_then_refused():
         "b: info sub_numa socket 0: SNC",
         "b: refused, keeps its recorded instances"]
     assert policy.report_lines({}) == ["no finding"]
+
+
+def test_report_lines_say_once_per_host_what_a_capture_cannot_answer():
+    """A recorded host without the preflight's inputs: one line naming every
+    check it cannot answer; other findings keep their own lines."""
+    from ansible_collections.gpufleet.numa.plugins.module_utils.preflight.findings import RECORDED
+    numactl = finding("numactl", "info", "/usr/bin/numactl", RECORDED + "the capture holds no `numactl --show`")
+    balancing = finding("numa_balancing", "info", "/proc/sys/kernel/numa_balancing",
+                        RECORDED + "the capture holds no /proc/sys/kernel/numa_balancing")
+    switches = finding("fabric_manager", "info", "nvidia-fabricmanager.service",
+                       RECORDED + "the capture shows 6 NVSwitch(es) but not the fabric manager's state")
+    assert policy.report_lines({"gpu-a": [numactl, WARNING, switches, INFO, balancing]}) == [
+        "gpu-a: warning numa_balancing kernel.numa_balancing: on (fix: turn it off)",
+        "gpu-a: info sub_numa socket 0: SNC",
+        "gpu-a: info not checked (recorded capture): its capture cannot answer numactl /usr/bin/numactl, "
+        "fabric_manager nvidia-fabricmanager.service, numa_balancing /proc/sys/kernel/numa_balancing (record "
+        "the host with its preflight inputs, or set numa_preflight_capture: '' to check it live)"]
