@@ -25,7 +25,6 @@ import json
 import os
 import re
 
-from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
@@ -37,6 +36,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result 
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth.checks import check_bandwidth
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 # What the module on the target is given: how to read, nothing to judge with.
@@ -100,15 +100,8 @@ class ActionModule(ActionBase):
                              "fail_on_severity", "unit_prefix"))
 
     def _resolve(self, path):
-        """Absolute path of a controller file, or None."""
-        if os.path.isabs(path):
-            return path if os.path.exists(path) else None
-        try:
-            return self._find_needle("files", path)
-        except AnsibleError:
-            pass
-        candidate = os.path.abspath(path)
-        return candidate if os.path.exists(candidate) else None
+        """Absolute path of the file on the controller, or None."""
+        return paths.controller_file(self._find_needle, path)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 
-from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
@@ -22,6 +21,7 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture, load_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.summary import summary
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CAPTURE_MAX_BYTES
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
 
 
 def _max_bytes(value):
@@ -45,15 +45,8 @@ class ActionModule(ActionBase):
                              "nvidia_smi_timeout", "cgroup_slice"))
 
     def _resolve_capture(self, capture):
-        """Absolute path of the capture file on the controller, or None."""
-        if os.path.isabs(capture):
-            return capture if os.path.exists(capture) else None
-        try:
-            return self._find_needle("files", capture)
-        except AnsibleError:
-            pass
-        candidate = os.path.abspath(capture)
-        return candidate if os.path.exists(candidate) else None
+        """Absolute path of the file on the controller, or None."""
+        return paths.controller_file(self._find_needle, capture)
 
     def _keep_defined(self, result, module):
         """The fields of the module's result the collection defines: what a

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 
-from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
@@ -28,6 +27,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import fin
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import probe
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight.replay import replay
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 MODULE_ARGS = ("units", "topology", "cgroup_slice", "nvml", "nvidia_smi", "timeout", "record")
@@ -77,15 +77,8 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(MODULE_ARGS + ("capture", "numactl_installed_by_role"))
 
     def _resolve_capture(self, capture):
-        """Absolute path of the capture file on the controller, or None."""
-        if os.path.isabs(capture):
-            return capture if os.path.exists(capture) else None
-        try:
-            return self._find_needle("files", capture)
-        except AnsibleError:
-            pass
-        candidate = os.path.abspath(capture)
-        return candidate if os.path.exists(candidate) else None
+        """Absolute path of the file on the controller, or None."""
+        return paths.controller_file(self._find_needle, capture)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}

@@ -163,3 +163,21 @@ def default_artifact(sources, relative, name, guard_old=False):
                        "would read it as inventory); move it to the new default: mkdir -p %s && mv %s %s"
                  % (os.path.dirname(new), old, new), old)
     return new
+
+
+def controller_file(find_needle, path):
+    """The absolute path of a file a task names on the controller (a
+    capture, a plan), or None when there is none: an absolute path as it
+    is; a relative one looked up as Ansible looks up a task's files (the
+    action's find_needle: the role's and play's files/ directories, the
+    playbook directory), then in the current directory."""
+    from ansible.errors import AnsibleError
+
+    if os.path.isabs(path):
+        return path if os.path.exists(path) else None
+    try:
+        return find_needle("files", path)
+    except AnsibleError:
+        pass
+    candidate = os.path.abspath(path)
+    return candidate if os.path.exists(candidate) else None

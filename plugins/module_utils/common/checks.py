@@ -47,6 +47,20 @@ def fail(name, rule, value):
     raise ValueError("%s: %s (got %s)" % (name, rule, show(value)))
 
 
+def exact_names(what, variables, names):
+    """A role's variables as one dict: every one of NAMES there, no other
+    (the role's defaults give each a value, so a missing one is a caller's
+    mistake, never a default made up here). ValueError names both lists."""
+    if not isinstance(variables, dict):
+        raise ValueError("%s expects a mapping of the role's variables" % what)
+    missing = [key for key in names if key not in variables]
+    unknown = sorted(str(key) for key in variables if key not in names)
+    if missing or unknown:
+        raise ValueError("%s: missing variable(s) %s; unknown variable(s) %s"
+                         % (what, ", ".join(missing) or "none", ", ".join(unknown) or "none"))
+    return variables
+
+
 def text(name, value, pattern=None, rule=None, allow_empty=False, max_length=4096):
     """A string on one line: no control characters; with `pattern`, the
     whole string matches it (rule says in words what the pattern means)."""

@@ -39,14 +39,7 @@ PACKAGE_RULE = "must be a package name (letters, digits, '+', '.', '_', '-')"
 def check_settings(variables):
     """The role's variables, checked (keys without the prometheus_ prefix,
     plus gpufleet_dir); ValueError names the variable and its rule."""
-    if not isinstance(variables, dict):
-        raise ValueError("prometheus_settings expects a mapping of the role's prometheus_* variables")
-    missing = [key for key in VARIABLES if key not in variables]
-    unknown = sorted(str(key) for key in variables if key not in VARIABLES)
-    if missing or unknown:
-        raise ValueError("prometheus_settings: missing variable(s) %s; unknown variable(s) %s"
-                         % (", ".join(missing) or "none", ", ".join(unknown) or "none"))
-    v = variables
+    v = value_checks.exact_names("prometheus_settings", variables, VARIABLES)
     out = {
         "server": value_checks.boolean("prometheus_server", v["prometheus_server"]),
         "node_exporter": value_checks.boolean("prometheus_node_exporter", v["prometheus_node_exporter"]),

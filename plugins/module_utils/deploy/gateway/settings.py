@@ -308,14 +308,7 @@ def check_settings(variables):
     """Return the checked settings (keys without the gateway_ prefix, plus
     listen_socket, stats_socket, metrics_socket, and socket for each backend). Raises
     ValueError naming the first variable that breaks its rule."""
-    if not isinstance(variables, dict):
-        raise ValueError("gateway_settings expects a dict of the role's gateway_* variables")
-    missing = [key for key in VARIABLES if key not in variables]
-    unknown = sorted(str(key) for key in variables if key not in VARIABLES)
-    if missing or unknown:
-        raise ValueError("gateway_settings: missing variable(s) %s; unknown variable(s) %s"
-                         % (", ".join(missing) or "none", ", ".join(unknown) or "none"))
-    v = variables
+    v = vc.exact_names("gateway_settings", variables, VARIABLES)
     s = {}
     s["backends"], s["models"] = backends(v["gateway_backends"])
     s["listen_address"] = listen_address("gateway_listen_address", v["gateway_listen_address"])

@@ -312,7 +312,7 @@ def test_gateway_settings_rejects_missing_and_unknown_variables():
     del variables["gateway_chroot"]
     with pytest.raises(AnsibleFilterError, match="missing variable.s. gateway_chroot; unknown variable.s. gateway_stats_enable"):
         gateway_settings(variables)
-    with pytest.raises(AnsibleFilterError, match="expects a dict"):
+    with pytest.raises(AnsibleFilterError, match="gateway_settings expects a mapping of the role.s variables"):
         gateway_settings(["gateway_listen_port"])
 
 
