@@ -20,8 +20,8 @@ DGX2 = facts_from_capture(os.path.join(MACHINES, "dgx2_v100_16gpu_nvswitch", "ca
 
 
 def options(**changes):
-    found = {"addresses": {"gpu-a": "10.0.0.11"}, "gateways": {"lb": {"listen": "127.0.0.1", "port": 8405,
-                                                                     "reach": "10.0.0.2"}},
+    gateway = {"listen": "127.0.0.1", "port": 8405, "reach": "10.0.0.2"}
+    found = {"addresses": {"gpu-a": "10.0.0.11"}, "gateways": {"lb": gateway},
              "nodes": {"gpu-a": "10.0.0.11", "lb": "10.0.0.2"}, "node_exporter_port": 9100, "down_for": "2m"}
     found.update(changes)
     return found

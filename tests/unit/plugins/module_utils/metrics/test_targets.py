@@ -89,8 +89,8 @@ def test_a_host_without_address_is_named():
     ({"listen": "10.1.1.1", "port": 8405, "reach": "gw.example.com"}, ["10.1.1.1:8405"]),
 ])
 def test_gateway_exporter_target(entry, expected):
-    assert targets.gateway_targets({"gw": entry}) == [{"targets": expected,
-                                                        "labels": {"host": "gw", "instance": "gw/gateway"}}]
+    labels = {"host": "gw", "instance": "gw/gateway"}
+    assert targets.gateway_targets({"gw": entry}) == [{"targets": expected, "labels": labels}]
 
 
 def test_gateway_exporter_off_has_no_target():
