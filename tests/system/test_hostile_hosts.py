@@ -71,6 +71,10 @@ def test_deploy_ignores_what_a_gpu_host_claims_about_itself(tmp_path):
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
     first = hosts["all"]["children"]["gpu_servers"]["hosts"]["demo-h100-nvswitch"]
     del first["numa_capture"]      # gathered live, through the host's own python3
+    # The host preflight replays the same machine's capture: read live, this
+    # machine's cgroup allows NUMA node 0 only, and the preflight would
+    # rightly refuse the H100 plan's node-1 instance (test_host_preflight.py).
+    first["numa_preflight_capture"] = str(H100_CAPTURE)
     first["ansible_python_interpreter"] = str(tmp_path / "python3")
     (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
 
