@@ -13,7 +13,7 @@ import json
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import files, prometheus, textfile
+from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import files, prometheus, targets, textfile
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
@@ -32,22 +32,32 @@ def _reach(hostvars, host):
     return str(value) if value else str(host)
 
 
-def metrics_files(record, hostvars, addresses, gateways, nodes, node_exporter_port, down_for):
-    """file name -> text of every file of gpufleet_metrics_dir. Each gateway's
-    exporter comes from its own gateway_metrics_* over the gateway role's
-    defaults; nodes are the hosts whose node exporter is scraped."""
+def _role_variables(hostvars, host, role, errors):
+    """HOST's variables of ROLE as the role takes them (its defaults under the host's own)."""
+    return preflight.role_variables(role_files.defaults(role), role_files.inventory_variables(hostvars, host, errors), {})
+
+
+def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_port, down_for):
+    """file name -> text of every file of gpufleet_metrics_dir. Each GPU
+    server's instances are scraped where they listen (its vllm_listen_host
+    over the vllm role's defaults; its own address when that is a wildcard),
+    each gateway's exporter from its gateway_metrics_* over the gateway
+    role's defaults; nodes are the hosts whose node exporter is scraped."""
     if not hasattr(hostvars, "keys"):
         raise AnsibleFilterError("gpufleet.numa.metrics_files expects hostvars as its first argument")
     errors = []
-    defaults = role_files.defaults("gateway")
+    addresses = {}
+    for host in gpu_servers or []:
+        listen = plain(_role_variables(hostvars, host, "vllm", errors)["vllm_listen_host"])
+        addresses[str(host)] = _reach(hostvars, host) if listen in targets.WILDCARDS else listen
     exporters = {}
     for host in gateways or []:
-        merged = preflight.role_variables(defaults, role_files.inventory_variables(hostvars, host, errors), {})
+        merged = _role_variables(hostvars, host, "gateway", errors)
         exporters[str(host)] = {"listen": plain(merged["gateway_metrics_address"]),
                                 "port": plain(merged["gateway_metrics_port"]), "reach": _reach(hostvars, host)}
     if errors:
         raise AnsibleFilterError("; ".join(errors))
-    options = {"addresses": plain(addresses), "gateways": exporters,
+    options = {"addresses": addresses, "gateways": exporters,
                "nodes": dict((str(h), _reach(hostvars, h)) for h in nodes or []),
                "node_exporter_port": plain(node_exporter_port), "down_for": plain(down_for)}
     try:

@@ -21,6 +21,10 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
+# Listen addresses that are no place to connect to: Prometheus scrapes the
+# host's own address instead (ansible_host, else its name).
+WILDCARDS = ("0.0.0.0", "::")
+
 # Labels of a vLLM target, in the order docs/metrics.md lists them.
 VLLM_LABELS = ("host", "instance", "model", "device", "gpus", "gpu_ids", "numa_nodes", "socket", "binding",
                "memory_policy")
