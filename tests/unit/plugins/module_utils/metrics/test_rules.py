@@ -39,7 +39,8 @@ def write_rules(tmp_path, down_for):
 def alert_test(down_for_expectation):
     """A promtool rule test: an instance that stops answering at 1m, a gateway
     that answers, an audit that finds one instance not bound and 35% of
-    another's memory remote (threshold 20) while a third has 10%."""
+    another's memory remote (threshold 20) while a third has 10% and a
+    fourth exactly 20%."""
     return {
         "rule_files": ["rules.yml"],
         "evaluation_interval": "15s",
@@ -53,6 +54,9 @@ def alert_test(down_for_expectation):
                            'host="gpu-a", vllm_instance="vllm-0"}', "values": "35x24"},
                 {"series": 'gpufleet_audit_remote_memory_percent{job="gpufleet-node", instance="gpu-a/node", '
                            'host="gpu-a", vllm_instance="vllm-1"}', "values": "10x24"},
+                # exactly at the threshold: not above it, no alert
+                {"series": 'gpufleet_audit_remote_memory_percent{job="gpufleet-node", instance="gpu-a/node", '
+                           'host="gpu-a", vllm_instance="vllm-2"}', "values": "20x24"},
                 {"series": "gpufleet_audit_remote_memory_threshold_percent" + NODE, "values": "20x24"},
             ],
             "alert_rule_test": [
