@@ -18,7 +18,6 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import inventory_variables
 
 
 def bandwidth_settings(hostvars, host):
@@ -27,13 +26,13 @@ def bandwidth_settings(hostvars, host):
     if not hasattr(hostvars, "keys"):
         raise AnsibleFilterError("gpufleet.numa.bandwidth_settings expects hostvars")
     errors = []
-    variables = inventory_variables(hostvars, str(host), errors)
+    try:
+        merged = role_files.host_role_variables(hostvars, str(host), "vllm", errors)
+    except (OSError, ValueError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.bandwidth_settings: %s: %s" % (host, exc))
     if errors:
         raise AnsibleFilterError("gpufleet.numa.bandwidth_settings: %s" % "; ".join(errors))
     try:
-        defaults = role_files.defaults("vllm")
-        merged = dict((name, defaults.get(name)) for name in ("vllm_venv", "vllm_executable"))
-        merged.update(variables)
         return bandwidth_settings_of.from_variables(merged)
     except (OSError, ValueError) as exc:
         raise AnsibleFilterError("gpufleet.numa.bandwidth_settings: %s: %s" % (host, exc))

@@ -17,12 +17,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import pol
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight.units import probe_units
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
-
-
-def _host_variables(hostvars, host):
-    """HOST's variables with the collection's prefixes, evaluated, as plain values."""
-    variables = hostvars[host]
-    return dict((name, plain(variables[name])) for name in variable_checks.inventory_names(list(variables.keys())))
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import inventory_variables
 
 
 def preflight_units(hostvars, host, plan, node_addresses=None):
@@ -31,7 +26,10 @@ def preflight_units(hostvars, host, plan, node_addresses=None):
         raise AnsibleFilterError("gpufleet.numa.preflight_units expects hostvars and one of its hosts (got %r)" % (host,))
     try:
         instances = [i for i in contract.instances(plain(plan), "gpufleet.numa.preflight_units") if i["host"] == host]
-        own = _host_variables(hostvars, host)
+        errors = []
+        own = inventory_variables(hostvars, host, errors)
+        if errors:
+            raise ValueError("; ".join(errors))
         variables = variable_checks.role_variables(role_files.defaults("vllm"), own, dict(
             variable_checks.VLLM_FROM_PLAYBOOK, vllm_node_addresses=plain(node_addresses or {}),
             vllm_socket_ifname=own.get("gpufleet_socket_ifname", ""), host=host))

@@ -14,7 +14,6 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import files, prometheus, targets, textfile
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
@@ -32,11 +31,6 @@ def _reach(hostvars, host):
     return str(value) if value else str(host)
 
 
-def _role_variables(hostvars, host, role, errors):
-    """HOST's variables of ROLE as the role takes them (its defaults under the host's own)."""
-    return preflight.role_variables(role_files.defaults(role), role_files.inventory_variables(hostvars, host, errors), {})
-
-
 def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_port, down_for):
     """file name -> text of every file of gpufleet_metrics_dir. Each GPU
     server's instances are scraped where they listen (its vllm_listen_host
@@ -48,11 +42,11 @@ def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_
     errors = []
     addresses = {}
     for host in gpu_servers or []:
-        listen = plain(_role_variables(hostvars, host, "vllm", errors)["vllm_listen_host"])
-        addresses[str(host)] = _reach(hostvars, host) if listen in targets.WILDCARDS else listen
+        listen = plain(role_files.host_role_variables(hostvars, host, "vllm", errors)["vllm_listen_host"])
+        addresses[str(host)] = targets.scrape_address("host %s" % host, "vllm_listen_host", listen, _reach(hostvars, host))
     exporters = {}
     for host in gateways or []:
-        merged = _role_variables(hostvars, host, "gateway", errors)
+        merged = role_files.host_role_variables(hostvars, host, "gateway", errors)
         exporters[str(host)] = {"listen": plain(merged["gateway_metrics_address"]),
                                 "port": plain(merged["gateway_metrics_port"]), "reach": _reach(hostvars, host)}
     if errors:

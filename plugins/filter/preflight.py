@@ -76,7 +76,7 @@ def listener_clashes(backends, hostvars, gateway_hosts=()):
     if not hasattr(hostvars, "keys"):
         raise AnsibleFilterError("gpufleet.numa.listener_clashes expects hostvars as its second argument")
     errors = []
-    vllm_defaults, gateway_defaults = role_files.defaults("vllm"), role_files.defaults("gateway")
+    vllm_defaults = role_files.defaults("vllm")
     instances = []
     for backend in plain(backends) or []:
         own = inventory_variables(hostvars, backend["host"], errors) if backend["host"] in hostvars else {}
@@ -84,7 +84,7 @@ def listener_clashes(backends, hostvars, gateway_hosts=()):
         instances.append(dict(backend, listen=str(merged["vllm_listen_host"])))
     gateways = {}
     for host in gateway_hosts or []:
-        merged = preflight.role_variables(gateway_defaults, inventory_variables(hostvars, host, errors), {})
+        merged = role_files.host_role_variables(hostvars, host, "gateway", errors)
         listeners = [("gateway_listen_address", merged["gateway_listen_address"], merged["gateway_listen_port"]),
                      ("gateway_stats_address", merged["gateway_stats_address"], merged["gateway_stats_port"]),
                      ("gateway_metrics_address", merged["gateway_metrics_address"], merged["gateway_metrics_port"])]

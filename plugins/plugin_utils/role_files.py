@@ -60,3 +60,10 @@ def inventory_variables(hostvars, host, errors):
             reason = "reason hidden" if is_secret_name(name) else vc.show(str(exc), 200)
             errors.append("%s: %s: cannot be evaluated (%s)" % (host, name, reason))
     return out
+
+
+def host_role_variables(hostvars, host, role, errors, from_playbook=None):
+    """HOST's variables of ROLE as the role takes them: its defaults
+    (templated ones derived), the host's own over them, the playbook's last
+    (plan/preflight.role_variables); evaluation errors go to ERRORS."""
+    return preflight.role_variables(defaults(role), inventory_variables(hostvars, host, errors), from_playbook or {})

@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.plan.check_values im
     MAX_NUMA_NODE,
     a_list,
     integer,
-    mapping,
+    known_fields,
     short_text,
 )
 
@@ -40,17 +40,6 @@ MAX_NOTES = 256
 MAX_GBPS = 100000.0        # far above any memory or link there is
 MAX_THREADS = 65536
 _TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
-
-
-def _fields(where, value, known, required=()):
-    value = mapping(where, value)
-    unknown = sorted(str(k) for k in value if k not in known)
-    if unknown:
-        vc.fail(where, "has unknown field(s) %s (known: %s)" % (", ".join(unknown), ", ".join(known)), unknown)
-    for field in required:
-        if field not in value:
-            vc.fail(where, "lacks %s" % field, sorted(str(k) for k in value))
-    return value
 
 
 def gbps(where, value):
@@ -79,12 +68,12 @@ def _method(where, value, methods):
 
 
 def _memory(where, value, nodes):
-    value = _fields(where, value, MEMORY_FIELDS, MEMORY_FIELDS)
+    value = known_fields(where, value, MEMORY_FIELDS, MEMORY_FIELDS)
     _method(where + ".method", value["method"], MEMORY_METHODS)
     seen = set()
     for i, pair in enumerate(a_list(where + ".pairs", value["pairs"], MAX_PAIRS)):
         at = "%s.pairs[%d]" % (where, i)
-        pair = _fields(at, pair, PAIR_FIELDS, ("cpu_node", "memory_node", "gbps"))
+        pair = known_fields(at, pair, PAIR_FIELDS, ("cpu_node", "memory_node", "gbps"))
         key = (_node(at + ".cpu_node", pair["cpu_node"], nodes), _node(at + ".memory_node", pair["memory_node"], nodes))
         if key in seen:
             vc.fail(at, "must not repeat a pair of CPU node and memory node", list(key))
@@ -99,12 +88,12 @@ def _memory(where, value, nodes):
 
 
 def _gpus(where, value, nodes):
-    value = _fields(where, value, GPU_FIELDS, GPU_FIELDS)
+    value = known_fields(where, value, GPU_FIELDS, GPU_FIELDS)
     _method(where + ".method", value["method"], GPU_METHODS)
     seen = set()
     for i, copy in enumerate(a_list(where + ".copies", value["copies"], MAX_COPIES)):
         at = "%s.copies[%d]" % (where, i)
-        copy = _fields(at, copy, COPY_FIELDS, ("node", "gpu", "h2d_gbps", "d2h_gbps"))
+        copy = known_fields(at, copy, COPY_FIELDS, ("node", "gpu", "h2d_gbps", "d2h_gbps"))
         node = _node(at + ".node", copy["node"], nodes)
         gpu = vc.text(at + ".gpu", copy["gpu"], GPU_ID, GPU_ID_RULE)
         if (node, gpu) in seen:
@@ -126,7 +115,7 @@ def _gpus(where, value, nodes):
 def check_bandwidth(where, value, nodes=None):
     """The whole record; `nodes`: the host's NUMA nodes where known (its
     hardware record), which every node of the figures must be. Returns it."""
-    value = _fields(where, value, FIELDS, FIELDS)
+    value = known_fields(where, value, FIELDS, FIELDS)
     integer(where + ".version", value["version"], 1, 1)
     vc.text(where + ".measured_at", value["measured_at"], _TIME, "must be a UTC time YYYY-MM-DDTHH:MM:SSZ")
     short_text(where + ".python", value["python"])

@@ -97,6 +97,5 @@ def node_targets(hosts, port):
     groups = []
     for host in sorted(hosts):
         address = value_checks.address("host %s address (ansible_host)" % host, hosts[host])
-        target = "[%s]:%d" % (address, port) if ":" in address else "%s:%d" % (address, port)
-        groups.append({"targets": [target], "labels": {"host": host, "instance": "%s/node" % host}})
+        groups.append({"targets": [gateway_settings.socket(address, port)], "labels": {"host": host, "instance": "%s/node" % host}})
     return groups

@@ -21,10 +21,6 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
-# Listen addresses that are no place to connect to: Prometheus scrapes the
-# host's own address instead (ansible_host, else its name).
-WILDCARDS = ("0.0.0.0", "::")
-
 # Labels of a vLLM target, in the order docs/metrics.md lists them.
 VLLM_LABELS = ("host", "instance", "model", "device", "gpus", "gpu_ids", "numa_nodes", "socket", "binding",
                "memory_policy")
@@ -34,9 +30,15 @@ def _join(values):
     return ",".join(str(v) for v in values)
 
 
-def _endpoint(address, port):
-    """address:port as Prometheus writes a target ([v6]:port)."""
-    return "[%s]:%d" % (address, port) if ":" in address else "%s:%d" % (address, port)
+def scrape_address(who, variable, listen, reach):
+    """Where Prometheus reaches a listener of WHO ("gateway gw", "host
+    gpu-a"): its listen address (VARIABLE, checked), or REACH, the host's own
+    address (ansible_host, else its name), when it listens on every address
+    (0.0.0.0, ::): a wildcard is no place to connect to."""
+    address = value_checks.address("%s %s" % (who, variable), listen)
+    if value_checks.address_scope(address) == "unspecified":
+        address = gateway_settings.backend_address("%s address (ansible_host)" % who, reach)
+    return address
 
 
 def _placement_labels(instance):
@@ -73,7 +75,7 @@ def vllm_targets(plan, addresses):
         labels = {"host": backend["host"], "instance": "%s/%s" % (backend["host"], instance["name"]),
                   "model": backend["model"]}
         labels.update(_placement_labels(instance))
-        groups.append({"targets": [_endpoint(backend["address"], backend["port"])],
+        groups.append({"targets": [gateway_settings.socket(backend["address"], backend["port"])],
                        "labels": dict((k, labels[k]) for k in VLLM_LABELS)})
     return groups
 
@@ -100,9 +102,7 @@ def gateway_targets(gateways):
         port = value_checks.port("gateway %s gateway_metrics_port" % host, entry.get("port"), allow_zero=True)
         if port == 0:
             continue
-        address = value_checks.address("gateway %s gateway_metrics_address" % host, entry.get("listen"))
-        if value_checks.address_scope(address) == "unspecified":
-            address = gateway_settings.backend_address("gateway %s address (ansible_host)" % host, entry.get("reach"))
-        groups.append({"targets": [_endpoint(address, port)],
+        address = scrape_address("gateway %s" % host, "gateway_metrics_address", entry.get("listen"), entry.get("reach"))
+        groups.append({"targets": [gateway_settings.socket(address, port)],
                        "labels": {"host": host, "instance": "%s/gateway" % host}})
     return groups

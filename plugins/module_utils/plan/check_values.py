@@ -34,6 +34,18 @@ def mapping(name, value):
     return value
 
 
+def known_fields(name, value, known, required=()):
+    """A mapping of KNOWN fields only, holding every REQUIRED one."""
+    value = mapping(name, value)
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        vc.fail(name, "has unknown field(s) %s (known: %s)" % (", ".join(unknown), ", ".join(known)), unknown)
+    for field in required:
+        if field not in value:
+            vc.fail(name, "lacks %s" % field, sorted(str(k) for k in value))
+    return value
+
+
 def a_list(name, value, maximum=MAX_ENTRIES, minimum=0):
     if not isinstance(value, list):
         vc.fail(name, "must be a list", value)

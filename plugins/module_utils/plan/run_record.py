@@ -11,6 +11,7 @@ input). Pure functions, standard library only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan.check_values import known_fields
 
 RUN_FIELDS = ("engine", "unit", "unit_sha1")
 # Where a host's units and option files are (hosts[HOST].files): taking the
@@ -28,9 +29,7 @@ def check_run(where, value):
     """The `deployed` field of a kept instance: a mapping of RUN_FIELDS only."""
     if not isinstance(value, dict):
         vc.fail(where, "must be a mapping {engine, unit, unit_sha1}", value)
-    unknown = sorted(str(k) for k in value if k not in RUN_FIELDS)
-    if unknown:
-        vc.fail(where, "has unknown field(s) %s (known: %s)" % (", ".join(unknown), ", ".join(RUN_FIELDS)), unknown)
+    known_fields(where, value, RUN_FIELDS)
     for field in RUN_FIELDS:
         if field in value:
             pattern, rule = _RULES[field]

@@ -17,7 +17,7 @@ import sys
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import probe
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight.readings import FABRIC_MANAGER_COMMAND, read_host
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gather import gather
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader, _default_runner
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader, default_runner
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import COMMAND_TIMEOUT, RecordingReader
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.sysfs_limits import DEFAULT_SLICE
 
@@ -45,7 +45,7 @@ def read_live(units, root="/", which=None, pynvml=None, nvidia_smi="nvidia-smi",
     numactl = next((unit["prefix"][0] for unit in units if unit.get("prefix")), "numactl")
 
     def base(argv):
-        return _default_runner(argv, timeout=timeout)
+        return default_runner(argv, timeout=timeout)
 
     reader = LiveReader(root=root, which=which, runner=probe.probe_runner(base, python or probe_python()),
                         binaries={"nvidia-smi": nvidia_smi, "numactl": numactl}, timeout=timeout)

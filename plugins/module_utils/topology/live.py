@@ -40,7 +40,7 @@ class CommandTimeout(Exception):
     """A command ran past its timeout and was killed."""
 
 
-def _default_runner(argv, timeout=COMMAND_TIMEOUT):
+def default_runner(argv, timeout=COMMAND_TIMEOUT):
     """Run argv in the C locale; (rc, stdout, stderr) like run_command.
 
     A command still running after `timeout` seconds is killed with its
@@ -241,7 +241,7 @@ class LiveReader(Reader):
             return None
         try:
             if self._runner is None:
-                rc, out, err = _default_runner([binary] + argv[1:], timeout=self.timeout)
+                rc, out, err = default_runner([binary] + argv[1:], timeout=self.timeout)
             else:
                 rc, out, err = self._runner([binary] + argv[1:])
         except CommandTimeout as exc:

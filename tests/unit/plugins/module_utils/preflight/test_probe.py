@@ -16,14 +16,14 @@ import sys
 import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import probe
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import _default_runner
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import default_runner
 
 NUMACTL = shutil.which("numactl")
 needs_numactl = pytest.mark.skipif(NUMACTL is None, reason="numactl is not installed (apt-get install numactl)")
 
 
 def run_probe(prefix, nodes, cpus, policy):
-    runner = probe.probe_runner(lambda argv: _default_runner(argv, timeout=30), sys.executable)
+    runner = probe.probe_runner(lambda argv: default_runner(argv, timeout=30), sys.executable)
     rc, out, err = runner(prefix + [probe.PROBE_WORD, nodes, cpus, policy])
     assert rc == 0 and err == ""
     return probe.parse_probe(out)
