@@ -161,6 +161,18 @@ def _comment(text):
     return re.sub(r"[\x00-\x1f\x7f]", "?", str(text))
 
 
+# What XML 1.0 allows in no document (and so in no comment): control
+# characters, lone surrogates, U+FFFE and U+FFFF.
+_NOT_XML = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_comment(text):
+    """TEXT fit inside "<!-- ... -->": a comment may hold no "--" (one
+    "--->" in a NIC id would end it), so a '-' before another '-' gets a
+    space; what XML cannot hold becomes '?'."""
+    return re.sub(r"-(?=-)", "- ", _NOT_XML.sub("?", str(text)))
+
+
 def _mask(cpus):
     """A kernel cpumask ("000000ff,ffffffff") as NCCL writes cpu affinity."""
     value = sum(1 << cpu for cpu in set(cpus))
@@ -308,6 +320,6 @@ def nccl_topology_xml(facts, host="host", cpu_arch=None, cpu_vendor=None):
                 parent.append(here[busid])
     ET.indent(system, "  ")
     comment = "<!-- NCCL_TOPO_FILE for %s, written by gpufleet.numa from its numa_topology facts -->" % (
-        _comment(host).replace("--", "- -"))
-    lines = [comment] + ["<!-- warning: %s -->" % _comment(w).replace("--", "- -") for w in warnings]
+        _xml_comment(host))
+    lines = [comment] + ["<!-- warning: %s -->" % _xml_comment(w) for w in warnings]
     return {"text": "\n".join(lines + [ET.tostring(system, encoding="unicode")]) + "\n", "warnings": warnings}

@@ -218,3 +218,18 @@ def test_nccl_xml_hostile_names_are_escaped():
     root = ET.fromstring(text.split("-->\n", 1)[1])
     assert [n.get("name") for n in root.iter("net")][0] == 'mlx5_0"/><evil a="'
     assert text.count("-->") == 1  # the name cannot end the header comment
+
+
+@pytest.mark.parametrize("nic_id", ["x---><evil/><!--", "x--><evil/><!--", "a--b", "trailing-", "-", "\x01--\ufffe"])
+def test_nccl_xml_warning_comments_hold_any_nic_id(nic_id):
+    """A NIC left out is named in a warning comment: no '--' of its id
+    (nor '--->', which a '--' -> '- -' replacement left as '- -->') may end
+    or break that comment, and the whole file stays one XML document."""
+    facts = _facts("mi300x_8gpu_xgmi")
+    facts["nics"][0].update(id=nic_id, numa_node=None)
+    text = topology_export.nccl_topology_xml(facts, "gpu-a")["text"]
+    comments = re.findall(r"<!--(.*?)-->", text, flags=re.S)
+    assert len(comments) == 2 and "is left out" in comments[1], comments
+    assert all("--" not in body and not body.endswith("-") for body in comments), comments
+    root = ET.fromstring(text)  # comments before the root are part of the document
+    assert root.tag == "system" and not list(root.iter("evil"))
