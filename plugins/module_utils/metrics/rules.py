@@ -24,18 +24,32 @@ GATEWAY_JOB = "gpufleet-gateway"
 NODE_JOB = "gpufleet-node"
 GROUP = "gpufleet"
 
-# Prometheus's duration: units from years down to milliseconds, each at
-# most once, largest first ("1m", "1h30m", "0s").
-_DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?")
+# Prometheus's duration (prometheus/common model.ParseDuration): units
+# from years down to milliseconds, each at most once, largest first
+# ("1m", "1h30m", "0s"), or "0" alone.
+_DURATION = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?"
+                       r"(?:([0-9]+)ms)?")
+_UNIT_MS = (365 * 86400000, 7 * 86400000, 86400000, 3600000, 60000, 1000, 1)
+# The total must fit a Go time.Duration (int64 nanoseconds): promtool
+# refuses a longer one as "duration out of range".
+MAX_DURATION_MS = (2 ** 63 - 1) // 10 ** 6
+MAX_DURATION = "292y24w3d23h47m16s854ms"
 DURATION_RULE = "must be a Prometheus duration such as 30s, 2m or 1h30m (units y w d h m s ms, largest first)"
 DEFAULT_DOWN_FOR = "1m"
 
 
 def duration(name, value):
-    """A Prometheus duration, checked whole."""
+    """A Prometheus duration, checked whole, at most MAX_DURATION."""
     value_checks.text(name, value, max_length=32)
-    if not _DURATION.fullmatch(value) or not re.search(r"[0-9]", value):
+    if value == "0":
+        return value
+    match = _DURATION.fullmatch(value)
+    if not match or not re.search(r"[0-9]", value):
         value_checks.fail(name, DURATION_RULE, value)
+    total = sum(int(count) * unit for count, unit in zip(match.groups(), _UNIT_MS) if count)
+    if total > MAX_DURATION_MS:
+        value_checks.fail(name, "must be at most %s (Prometheus's longest duration, 2^63-1 nanoseconds)"
+                          % MAX_DURATION, value)
     return value
 
 

@@ -122,3 +122,33 @@ def test_the_rule_test_can_fail(tmp_path):
 def test_bad_durations_are_named(value):
     with pytest.raises(ValueError, match="gpufleet_alert_down_for"):
         rules.alert_rules(value)
+
+
+# At and around each unit's end of Prometheus's range (2^63-1 nanoseconds),
+# the whole range, and the forms its parser takes or refuses.
+DURATION_PROBES = ["999999999y", "292y", "293y", "15250w", "15251w", "106751d", "106752d", "2562047h",
+                   "2562048h", "153722867m", "153722868m", "9223372036s", "9223372037s", "9223372036854ms",
+                   "9223372036855ms", "292y24w3d23h47m16s854ms", "292y24w3d23h47m16s855ms", "99999999999999999999s",
+                   "0", "0s", "01m", "1d1s", "1h1h", "1m1h", "5"]
+
+
+@pytest.mark.parametrize("value", DURATION_PROBES)
+def test_durations_are_what_promtool_accepts(tmp_path, value):
+    """promtool, the oracle: a duration it refuses (out of range, units out
+    of order) is refused here, naming the variable, and one it accepts is
+    kept."""
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
+        {"alert": "A", "expr": "up == 0", "for": value}]}]}))
+    accepted = promtool("check", "rules", str(path)).returncode == 0
+    if accepted:
+        assert rules.duration("gpufleet_alert_down_for", value) == value
+    else:
+        with pytest.raises(ValueError, match="^gpufleet_alert_down_for: must be "):
+            rules.duration("gpufleet_alert_down_for", value)
+
+
+def test_the_longest_duration_is_named():
+    with pytest.raises(ValueError, match=r"must be at most 292y24w3d23h47m16s854ms .*\(got '999999999y'\)"):
+        rules.alert_rules("999999999y")
+
