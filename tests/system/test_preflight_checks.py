@@ -96,11 +96,12 @@ def test_tp_the_models_heads_do_not_divide_stops_before_anything_changes(tmp_pat
     model = tmp_path / "llama-70b"
     model.mkdir()
     (model / "config.json").write_text('{"num_attention_heads": 64, "num_hidden_layers": 80}')
-    snapshot = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    commit = "0123456789abcdef0123456789abcdef01234567"  # refs/main holds a commit hash
+    snapshot = tmp_path / "hf" / "hub" / "models--org--tiny" / "snapshots" / commit
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text('{"num_attention_heads": 2, "num_hidden_layers": 2}')
     (snapshot.parents[1] / "refs").mkdir()
-    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    (snapshot.parents[1] / "refs" / "main").write_text(commit)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     fleet = demo_fleet.demo_copy(tmp_path)
