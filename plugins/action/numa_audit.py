@@ -21,7 +21,6 @@ reads; everything else happens here, once.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 
@@ -36,6 +35,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.audit import result 
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth.checks import check_bandwidth
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import json_text
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
@@ -47,7 +47,11 @@ REPLAY_UNIT_STATES = {"source": None, "units": {}, "missing": "a replayed captur
 
 
 def load_plan(path):
-    """A deployed plan file (YAML or JSON) as a dict; ValueError names the file."""
+    """A deployed plan file (JSON or YAML) as a dict; ValueError names the file.
+
+    Text that starts with '{' is JSON, as the kept plan is written
+    (plan/artifact.py), and is read as JSON: YAML 1.1 reads 1e-05 as a
+    string, and the bandwidth figures would fail their check."""
     try:
         with open(path, "rb") as handle:
             text = handle.read().decode("utf-8")
@@ -55,13 +59,14 @@ def load_plan(path):
         raise ValueError("plan %s cannot be read: %s" % (path, exc.strerror or exc))
     except UnicodeDecodeError:
         raise ValueError("plan %s is not UTF-8 text" % path)
-    try:
-        import yaml
-        data = yaml.safe_load(text)
-    except ImportError:
-        data = json.loads(text)
-    except Exception as exc:  # yaml.YAMLError
-        raise ValueError("plan %s is not valid YAML or JSON: %s" % (path, str(exc).splitlines()[0]))
+    if text.lstrip().startswith("{"):
+        data = json_text.loads(text, "plan %s" % path)
+    else:
+        try:
+            import yaml
+            data = yaml.safe_load(text)
+        except Exception as exc:  # yaml.YAMLError, RecursionError
+            raise ValueError("plan %s is not valid YAML or JSON: %s" % (path, str(exc).splitlines()[0]))
     if not isinstance(data, dict):
         raise ValueError("plan %s must hold a mapping (the fleet_plan output), got %s" % (path, type(data).__name__))
     return data

@@ -64,7 +64,8 @@ options:
     description:
       - Path of the deployed fleet plan on the controller (YAML or JSON; the C(fleet_plan) output, optionally
         as C({plan, options}); see C(docs/audit.md)). The host's instances are the ones whose C(host) is its
-        inventory name. Handled by the action plugin.
+        inventory name. Text that starts with C({) is read as JSON (as the kept plan is written), other text
+        as YAML. Handled by the action plugin.
     type: path
   nvml:
     description:
