@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import v
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules as metrics_rules
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import policy as host_preflight
+from ansible_collections.gpufleet.numa.plugins.module_utils.state import lock as state_lock
 
 PREFIXES = ("gpufleet_", "vllm_", "gateway_", "numa_", "audit_")
 
@@ -37,6 +38,7 @@ PLAYBOOK_VARIABLES = (
     "gpufleet_decommission", "audit_plan", "audit_report", "audit_fail_on", "audit_memory_threshold",
     "audit_unit_prefix", "audit_become", "gpufleet_preflight", "numa_preflight_capture",
     "gpufleet_metrics_dir", "gpufleet_node_exporter_port", "gpufleet_alert_down_for", "audit_textfile_dir",
+    "gpufleet_lock_timeout",
 ) + tuple(variable for option, variable, kind in host_settings.SETTINGS) + tuple(
     sorted(bandwidth_settings.VARIABLES.values()))  # playbooks/measure_bandwidth.yml
 INVENTORY_VARIABLES = ("gpufleet_repo", "gpufleet_fixtures", "gpufleet_staging")
@@ -240,6 +242,7 @@ def _positive(value):
 PLAYBOOK_CHECKS = (
     ("gpufleet_alert_down_for", metrics_rules.duration),
     ("gpufleet_node_exporter_port", value_checks.port),
+    ("gpufleet_lock_timeout", state_lock.check_timeout),
 )
 
 

@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Action for gpufleet.numa.plan_record: the run's lock on the kept plan,
+and its compare-and-swap writes (docs/plan.md, "One run at a time").
+
+Runs on the controller, whatever the task's host: the record is the
+controller's file. Thin shell around module_utils/state/lock.py and
+state/record.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.state import lock
+from ansible_collections.gpufleet.numa.plugins.module_utils.state import record
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
+
+STATES = ("locked", "written", "unlocked")
+
+
+class ActionModule(ActionBase):
+    _VALID_ARGS = frozenset(("path", "state", "timeout", "content"))
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = self._task.args
+        try:
+            path = paths.controller_path("path", args.get("path"))
+            state = args.get("state")
+            if state not in STATES:
+                raise ValueError("state: must be one of %s (got %r)" % (", ".join(STATES), state))
+            if state == "locked":
+                result.update(self._lock(path, lock.check_timeout("gpufleet_lock_timeout", args.get("timeout", 0))))
+            elif state == "written":
+                content = args.get("content")
+                if not isinstance(content, str) or not content:
+                    raise ValueError("content: must be the record's text")
+                result.update(self._write(path, content))
+            else:
+                result.update(changed=False, released=lock.release(path))
+        except (ValueError, OSError) as exc:
+            raise AnsibleActionFail("gpufleet.numa.plan_record: %s" % exc)
+        return result
+
+    def _lock(self, path, timeout):
+        if not os.path.isdir(os.path.dirname(path)):
+            if self._task.check_mode:
+                # Nothing is recorded and a check run writes nothing: no lock to take.
+                return {"changed": False, "locked": False, "msg": "no record yet (%s): nothing to lock" % path}
+            record.ensure_directory(path)
+        def waiting(holder):
+            self._display.display("waiting up to %d s for the lock of %s, held by %s"
+                                  % (timeout, path, lock.describe(holder)))
+
+        taken = lock.acquire(path, lambda: record.revision(path), timeout, waiting=waiting)
+        out = {"changed": False, "locked": True, "revision": taken["holder"]["revision"]}
+        if taken["took_over"] is not None:
+            out["took_over"] = taken["took_over"]
+            self._display.warning("the lock of %s was held by a run that is gone (%s): taken over"
+                                  % (path, lock.describe(taken["took_over"])))
+        return out
+
+    def _write(self, path, content):
+        if self._task.check_mode:
+            # Shown, not written; the lock and the revision are checked all the same.
+            if os.path.exists(lock.lock_path(path)):
+                current = record.require(path, lock.held(path)["revision"])
+            else:
+                current = record.read_bytes(path)
+            return {"changed": current != content.encode("utf-8")}
+        record.ensure_directory(path)
+        changed = []
+
+        def replace(expected):
+            new, did = record.write(path, content, expected)
+            changed.append(did)
+            return new
+
+        new = lock.advance(path, replace)
+        return {"changed": changed[0], "revision": new}

@@ -1,0 +1,102 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: plan_record
+short_description: Lock the kept plan for a run, write it only over the revision the run started from
+version_added: "0.4.0"
+description:
+  - Used by C(playbooks/deploy_inference.yml) and C(playbooks/decommission.yml) on the kept plan
+    (C(gpufleet_plan_file), the state of record). Runs on the controller (action plugin).
+  - O(state=locked) takes the run's lock, C(<plan file>.lock) beside the record, before the record is read.
+    The lock names its holder (the C(ansible-playbook) process, its host, user, command line and start).
+    A live holder is waited for up to O(timeout) seconds, then the task fails naming it, before anything
+    changes. A holder on this controller that is gone (killed, crashed, rebooted) is recognised, and its lock
+    is taken over with a warning. The lock keeps the record's revision (sha256 of the file) as the run read it.
+  - O(state=written) replaces the record with O(content) only while this run holds the lock and the file is
+    still at the revision the run read or last wrote (compare-and-swap); otherwise it fails and writes
+    nothing. The file is written whole to a temporary file, synced and renamed; an unchanged record is not
+    written.
+  - O(state=unlocked) frees the lock when this run holds it.
+  - The logic is in C(plugins/module_utils/state/lock.py) and C(state/record.py).
+author:
+  - gpufleet.numa contributors (@gpufleet)
+options:
+  path:
+    description: The kept plan's absolute path on the controller.
+    type: path
+    required: true
+  state:
+    description: Take the lock, write the record, or free the lock.
+    type: str
+    choices: [locked, written, unlocked]
+    required: true
+  timeout:
+    description:
+      - With O(state=locked), how many seconds to wait for another run's lock (0 to 86400).
+      - The playbooks pass C(gpufleet_lock_timeout), 0 by default (refuse at once, naming the holder).
+    type: int
+    default: 0
+  content:
+    description: With O(state=written), the record's text (P(gpufleet.numa.plan_artifact_json#filter)).
+    type: str
+attributes:
+  action:
+    support: full
+    description: Runs on the controller; no host is contacted.
+  check_mode:
+    support: full
+    description:
+      - The lock is taken in check mode too (a preview must not read a record that a running deploy is
+        rewriting), unless no record directory exists yet. The write is shown, not made; the lock and
+        the revision are still checked.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+    description: The controller.
+notes:
+  - The lock file stays beside the record; empty, it is free. Only a holder on another controller cannot be
+    judged dead from here; the error message then says how to free the lock by hand.
+"""
+
+EXAMPLES = r"""
+- name: Take the run's lock on the kept plan
+  gpufleet.numa.plan_record:
+    path: /srv/ansible/inventories/prod.gpufleet/gpufleet-plan.json
+    state: locked
+    timeout: 300
+  run_once: true
+
+- name: Write the record
+  gpufleet.numa.plan_record:
+    path: /srv/ansible/inventories/prod.gpufleet/gpufleet-plan.json
+    state: written
+    content: "{{ record | gpufleet.numa.plan_artifact_json }}"
+  run_once: true
+"""
+
+RETURN = r"""
+locked:
+  description: With O(state=locked), whether a lock was taken (false in check mode before any record exists).
+  returned: with state=locked
+  type: bool
+revision:
+  description: The record's revision (C(sha256:...) of its bytes, or C(absent)) as the lock now keeps it.
+  returned: with state=locked or state=written, when not in check mode
+  type: str
+took_over:
+  description: The entry of a dead holder whose lock was taken over.
+  returned: when a dead holder's lock was taken
+  type: dict
+released:
+  description: With O(state=unlocked), whether this run held the lock and freed it.
+  returned: with state=unlocked
+  type: bool
+"""
