@@ -146,6 +146,8 @@ def _parse_text(text, name):
     """
     from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture_xml import capture_from_xml, is_xml
 
+    # A byte order mark (editors on Windows write one) hid the XML from is_xml.
+    text = text[1:] if text.startswith("\ufeff") else text
     if is_xml(text):
         return capture_from_xml(text, name)
     try:

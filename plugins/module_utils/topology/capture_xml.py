@@ -20,8 +20,11 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import integer
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpumask
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.pci import normalize_bus_id
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import excerpt
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.sysfs import MAX_NUMA_NODES
 
 XML_MAX_DEPTH = 64  # an hwloc export of an 8-level PCI tree nests about 20 deep
 XML_MAX_ELEMENTS = 200000
@@ -62,6 +65,20 @@ def _mask(text, what, name):
         return parse_cpumask(text or "")
     except ValueError as exc:
         raise ValueError("capture %s: %s: %s" % (name, what, exc))
+
+
+def _bus_id(text, what, name):
+    """A bus id of the XML in sysfs's form; the error names the capture and the attribute."""
+    try:
+        return normalize_bus_id(text)
+    except ValueError:
+        raise ValueError("capture %s: %s: must be a PCI bus id such as 0000:1a:00.0 (got %s)"
+                         % (name, what, excerpt(text)))
+
+
+def _node_id(text, what, name):
+    """A NUMA node id of the XML: decimal digits, 0 to Linux's limit (isdigit() took '\u0663')."""
+    return integer("capture %s: %s" % (name, what), text, 0, MAX_NUMA_NODES - 1)
 
 
 class _Tree(object):
@@ -114,7 +131,7 @@ def _hwloc_distances(root, tree):
         return
 
 
-def _hwloc_pci(element, chain, cpus, tree, nodes):
+def _hwloc_pci(element, chain, cpus, tree, nodes, name):
     """PCI devices below element: bridges extend the chain, devices are written."""
     for child in element.findall("object"):
         kind = child.get("type")
@@ -123,10 +140,10 @@ def _hwloc_pci(element, chain, cpus, tree, nodes):
                 domain_bus = (child.get("bridge_pci") or "0000:[00").split("[")
                 link = ["pci%s%s" % (domain_bus[0], domain_bus[1][:2] if len(domain_bus) > 1 else "00")]
             else:
-                link = chain + [normalize_bus_id(child.get("pci_busid"))]
-            _hwloc_pci(child, link, cpus, tree, nodes)
+                link = chain + [_bus_id(child.get("pci_busid"), "Bridge pci_busid", name)]
+            _hwloc_pci(child, link, cpus, tree, nodes, name)
         elif kind == "PCIDev":
-            bus_id = normalize_bus_id(child.get("pci_busid"))
+            bus_id = _bus_id(child.get("pci_busid"), "PCIDev pci_busid", name)
             match = _PCI_TYPE.match(child.get("pci_type") or "")
             if not match:
                 continue
@@ -137,10 +154,10 @@ def _hwloc_pci(element, chain, cpus, tree, nodes):
             tree.device(bus_id, host, "0x%s00" % match.group(1).lower(), "0x" + match.group(2).lower(),
                         "0x" + match.group(3).lower(), _node_of(cpus, nodes) if cpus else None, cpus or None,
                         net, rdma)
-            _hwloc_pci(child, host + [bus_id], cpus, tree, nodes)
+            _hwloc_pci(child, host + [bus_id], cpus, tree, nodes, name)
         elif kind not in ("OSDev", "Misc"):
-            here = _mask(child.get("cpuset"), "cpuset of %s" % kind, "") if child.get("cpuset") else cpus
-            _hwloc_pci(child, chain, here, tree, nodes)
+            here = _mask(child.get("cpuset"), "cpuset of %s" % kind, name) if child.get("cpuset") else cpus
+            _hwloc_pci(child, chain, here, tree, nodes, name)
 
 
 def _from_hwloc(root, name):
@@ -151,8 +168,9 @@ def _from_hwloc(root, name):
         if kind == "NUMANode" and element.get("os_index") is not None:
             cpus = _mask(element.get("cpuset"), "NUMANode cpuset", name)
             memory = element.get("local_memory")
-            nodes[int(element.get("os_index"))] = cpus
-            tree.node(int(element.get("os_index")), cpus, int(memory) if memory and memory.isdigit() else None)
+            node = _node_id(element.get("os_index"), "NUMANode os_index", name)
+            nodes[node] = cpus
+            tree.node(node, cpus, int(memory) if memory and memory.isdigit() else None)
         elif kind == "Package":
             package = element.get("os_index")
             for cpu in _mask(element.get("cpuset"), "Package cpuset", name):
@@ -162,13 +180,13 @@ def _from_hwloc(root, name):
             for cpu in siblings:
                 tree.cpu(cpu, siblings=siblings)
     _hwloc_distances(root, tree)
-    _hwloc_pci(root, [], None, tree, nodes)
+    _hwloc_pci(root, [], None, tree, nodes, name)
     return tree
 
 
-def _nccl_pci(element, chain, node, cpus, tree, kfd):
+def _nccl_pci(element, chain, node, cpus, tree, kfd, name):
     for child in element.findall("pci"):
-        bus_id = normalize_bus_id(child.get("busid"))
+        bus_id = _bus_id(child.get("busid"), "<pci> busid", name)
         host = chain or ["pci%s:%s" % (bus_id[:4], bus_id[5:7])]
         nets = [n.get("name") for nic in child.findall("nic") for n in nic.findall("net")]
         vendor = (child.get("vendor") or "").lower()
@@ -179,7 +197,7 @@ def _nccl_pci(element, chain, node, cpus, tree, kfd):
                     (child.get("device") or "").lower(), node, cpus, rdma=[n for n in nets if n])
         for gpu in gpus:
             kfd.append((gpu.get("dev"), bus_id, [(x.get("target"), x.get("count")) for x in gpu.findall("xgmi")]))
-        _nccl_pci(child, host + [bus_id], node, cpus, tree, kfd)
+        _nccl_pci(child, host + [bus_id], node, cpus, tree, kfd, name)
 
 
 def _write_kfd(kfd, tree, name):
@@ -212,12 +230,12 @@ def _from_nccl(root, name):
     tree = _Tree()
     kfd = []
     for cpu in root.findall("cpu"):
-        node = cpu.get("numaid")
-        if node is None or not node.isdigit():
+        if cpu.get("numaid") is None:
             raise ValueError("capture %s: <cpu> without a numaid" % name)
+        node = _node_id(cpu.get("numaid"), "<cpu> numaid", name)
         cpus = _mask(cpu.get("affinity"), "cpu affinity", name)
-        tree.node(int(node), cpus)
-        _nccl_pci(cpu, [], int(node), cpus, tree, kfd)
+        tree.node(node, cpus)
+        _nccl_pci(cpu, [], node, cpus, tree, kfd, name)
     _write_kfd(kfd, tree, name)
     return tree
 

@@ -118,3 +118,48 @@ def test_hwloc_header_doctype_is_accepted():
             'local_memory="1073741824"/></object></topology>\n')
     facts = facts_from_capture(text)
     assert [(n["id"], n["cpus"], n["memory_mb"]) for n in facts["numa_nodes"]] == [(0, "0-1", 1024)]
+
+
+def test_a_byte_order_mark_before_the_xml_is_read_as_xml(tmp_path):
+    """The probe: an NCCL dump saved with a UTF-8 BOM was read as YAML
+    ("must be a mapping, got str")."""
+    source = os.path.join(XML_DIR, RCCL_DUMPS[0][0])
+    with_bom = tmp_path / "dump.xml"
+    with open(source, "rb") as handle:
+        with_bom.write_bytes(b"\xef\xbb\xbf" + handle.read())
+    assert facts_from_capture(str(with_bom))["gpus"] == facts_from_capture(source)["gpus"]
+
+
+_CPU = "<system version='2'><cpu numaid=%s affinity='ff'>%s</cpu></system>\n"
+
+
+@pytest.mark.parametrize("text,problem", [
+    (_CPU % ("'0'", "<pci busid='zz' class='0x030000'/>"), "<pci> busid: must be a PCI bus id such as 0000:1a:00.0 "
+                                                           "(got 'zz')"),
+    (_CPU % ("'0'", "<pci class='0x030000'/>"), "<pci> busid: must be a PCI bus id"),
+    (_CPU % ("'0'", "<pci busid='0000:01:00.0'><pci busid='1:2:3'/></pci>"), "<pci> busid: must be a PCI bus id"),
+    (_CPU % ("'\u0663'", ""), "<cpu> numaid: must be an integer (got '\u0663')"),
+    (_CPU % ("'\u00b2'", ""), "<cpu> numaid: must be an integer"),
+    (_CPU % ("'1024'", ""), "<cpu> numaid: must be at most 1023 (got 1024)"),
+    (_CPU % ("'99999999999999'", ""), "<cpu> numaid: must be at most 1023"),
+    (_CPU % ("'-1'", ""), "<cpu> numaid: must be an integer"),
+    ("<topology><object type='NUMANode' os_index='x' cpuset='0x3'/></topology>\n", "NUMANode os_index: must be an "
+                                                                                    "integer (got 'x')"),
+    ("<topology><object type='Machine' cpuset='0x3'><object type='NUMANode' os_index='0' cpuset='0x3'/>"
+     "<object type='PCIDev' pci_busid='qq' pci_type='0302 [10de:1234]'/></object></topology>\n",
+     "PCIDev pci_busid: must be a PCI bus id"),
+    ("<topology><object type='Machine' cpuset='0x3'><object type='Bridge' bridge_type='1-1' pci_busid='q'/>"
+     "</object></topology>\n", "Bridge pci_busid: must be a PCI bus id"),
+])
+def test_xml_bus_ids_and_node_ids_are_checked_naming_the_capture(text, problem):
+    """Each message names the capture and the attribute: a bus id said
+    'not a PCI bus id' without either, a numaid isdigit() took ('\u0663',
+    Arabic-Indic three) became node 3, and one past Linux's limit a node."""
+    with pytest.raises(ValueError) as raised:
+        load_capture(text, name="pasted.xml")
+    assert str(raised.value).startswith("capture pasted.xml: " + problem), str(raised.value)
+
+
+def test_the_largest_numaid_is_read():
+    facts = load_capture(_CPU % ("'1023'", ""), name="pasted.xml")
+    assert "/sys/devices/system/node/node1023/cpulist" in facts["files"]
