@@ -189,6 +189,16 @@ def address_scope(value):
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 
 
+def connect_address(name, value, client):
+    """An address CLIENT ("the gateway", "Prometheus") connects to:
+    address(), never an unspecified one (0.0.0.0/8, ::, ::ffff:0.0.0.0),
+    which is a listen wildcard and no place to connect to."""
+    value_address = address(name, value)
+    if address_scope(value_address) == "unspecified":
+        fail(name, "must be an address %s can connect to, not the wildcard %s" % (client, value_address), value)
+    return value_address
+
+
 def absolute_path(name, value, allow_empty=False):
     """An absolute path of characters that need no quoting in a unit file
     or a configuration ([A-Za-z0-9_@+=:,./-]), without '..' parts."""

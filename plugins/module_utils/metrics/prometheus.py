@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
-from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules
+from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules, targets
 
 # The files the deploy writes into gpufleet_metrics_dir and the role
 # installs into prometheus_config_dir/gpufleet/ (docs/metrics.md).
@@ -96,6 +96,6 @@ def node_targets(hosts, port):
     port = value_checks.port("gpufleet_node_exporter_port", port)
     groups = []
     for host in sorted(hosts):
-        address = value_checks.address("host %s address (ansible_host)" % host, hosts[host])
+        address = targets.reach_address("host %s" % host, hosts[host])
         groups.append({"targets": [gateway_settings.socket(address, port)], "labels": {"host": host, "instance": "%s/node" % host}})
     return groups

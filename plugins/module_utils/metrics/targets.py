@@ -37,8 +37,14 @@ def scrape_address(who, variable, listen, reach):
     (0.0.0.0, ::): a wildcard is no place to connect to."""
     address = value_checks.address("%s %s" % (who, variable), listen)
     if value_checks.address_scope(address) == "unspecified":
-        address = gateway_settings.backend_address("%s address (ansible_host)" % who, reach)
+        address = reach_address(who, reach)
     return address
+
+
+def reach_address(who, reach):
+    """The host's own address (ansible_host, else its name) as a scrape
+    target: a wildcard there (ansible_host: 0.0.0.0) is refused, naming WHO."""
+    return value_checks.connect_address("%s address (ansible_host)" % who, reach, "Prometheus")
 
 
 def _placement_labels(instance):

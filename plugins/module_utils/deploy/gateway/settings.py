@@ -24,6 +24,7 @@ import re
 import ipaddress
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import access
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
@@ -32,8 +33,8 @@ MANAGE_SERVICE = ("auto", "true", "false", "yes", "no")
 # HAProxy server names, inventory host names (written as a comment).
 SERVER_NAME = r"[A-Za-z0-9_.:-]{1,64}"
 SERVER_NAME_RULE = "must be 1-64 letters, digits, '-', '_', '.' or ':'"
-INVENTORY_HOST = r"[A-Za-z0-9_.:@-]{1,253}"
-INVENTORY_HOST_RULE = "must be an inventory host name of letters, digits, '-', '_', '.', ':' or '@'"
+INVENTORY_HOST = names.INVENTORY_HOST
+INVENTORY_HOST_RULE = names.INVENTORY_HOST_RULE
 PACKAGE = r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"
 SERVICE = r"[A-Za-z0-9][A-Za-z0-9@_.:-]{0,127}"
 BACKEND_KEYS = ("name", "host", "address", "port", "model", "backend")
@@ -134,10 +135,7 @@ def backend_address(name, value):
     to (value_checks.address: no legacy IPv4 forms such as 0 or 127.1);
     never an unspecified address (0.0.0.0, ::, ::ffff:0.0.0.0), which is a
     listen wildcard and not a place to connect to."""
-    address = vc.address(name, value)
-    if vc.address_scope(address) == "unspecified":
-        vc.fail(name, "must be an address the gateway can connect to, not the wildcard %s" % address, value)
-    return address
+    return vc.connect_address(name, value, "the gateway")
 
 
 def backend_name(model, taken=()):

@@ -3,6 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """value_checks: each check accepts the good form and names variable and rule otherwise."""
 
+import re
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -39,6 +41,20 @@ def test_address_accepts_addresses_and_host_names(value, expected):
 def test_address_rejects_anything_else(value):
     with pytest.raises(ValueError, match="^a: "):
         vc.address("a", value)
+
+
+@pytest.mark.parametrize("value,expected", [("10.0.0.1", "10.0.0.1"), ("127.0.0.1", "127.0.0.1"), ("fd00:0::12", "fd00::12"),
+                                            ("gpu-a", "gpu-a"), ("1.0.0.0", "1.0.0.0")])
+def test_connect_address_takes_any_place_to_connect_to(value, expected):
+    assert vc.connect_address("a", value, "Prometheus") == expected
+
+
+@pytest.mark.parametrize("value,shown", [("0.0.0.0", "0.0.0.0"), ("::", "::"), ("0.1.2.3", "0.1.2.3"),
+                                         ("::ffff:0.0.0.0", "::ffff:0:0")])
+def test_connect_address_refuses_a_wildcard_naming_the_client(value, shown):
+    with pytest.raises(ValueError, match=r"^a: must be an address Prometheus can connect to, not the wildcard %s \(got "
+                       % re.escape(shown)):
+        vc.connect_address("a", value, "Prometheus")
 
 
 @pytest.mark.parametrize("value", ["2s", "500ms", "10m", 30, "1d"])
