@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import SEVERITIES, severity_rank
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth.verdict import verdict
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import printable
 
 INSTANCE_STATES = ("running", "stopped", "failed", "unknown")  # instance_state.STATES
 
@@ -55,7 +56,7 @@ def text_table(results):
             sum(len(g.get("pids") or []) for g in r.get("groups") or []), r.get("process_source") or "no process source",
             instance_counts(r.get("instances"))))
         if r.get("bandwidth"):
-            lines.append("%s: measured bandwidth: %s" % (r["host"], verdict(r["bandwidth"])["text"]))
+            lines.append(printable("%s: measured bandwidth: %s" % (r["host"], verdict(r["bandwidth"])["text"])))
     findings = all_findings(results)
     if not findings:
         lines.append("no findings")

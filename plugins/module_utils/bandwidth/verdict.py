@@ -22,6 +22,8 @@ a record checks.check_bandwidth() accepted; controller only.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import printable
+
 NOISE = 1.15
 
 
@@ -116,7 +118,8 @@ def verdict(bandwidth):
 
 
 def lines(bandwidth, host):
-    """The console's lines: the verdict, each figure, each note."""
+    """The console's lines: the verdict, each figure, each note; control
+    characters of the host's notes written as \\xNN (checks.printable)."""
     out = ["%s: %s" % (host, verdict(bandwidth)["text"])]
     memory = bandwidth["memory"]
     for pair in memory["pairs"]:
@@ -126,4 +129,4 @@ def lines(bandwidth, host):
         out.append("  GPU %s %s from node %d: H2D %.1f GB/s, D2H %.1f GB/s" % (
             copy.get("index"), copy["gpu"], copy["node"], copy["h2d_gbps"], copy["d2h_gbps"]))
     out.extend("  note: %s" % n for part in ("memory", "gpus") for n in bandwidth[part]["notes"])
-    return out
+    return [printable(line) for line in out]

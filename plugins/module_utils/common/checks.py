@@ -43,6 +43,17 @@ def show(value, limit=SHOW_LIMIT):
     return text if len(text) <= limit else text[:limit] + "...(%d characters)" % len(text)
 
 
+# C0, DEL and C1: newlines, tabs and the bytes a terminal reads as escapes.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text):
+    """TEXT as a report prints it on one line: every control character
+    written as \\xNN (a host's "\\x1b[2J" cannot clear the screen or
+    start a new line), the rest as it is."""
+    return _UNPRINTABLE.sub(lambda m: "\\x%02x" % ord(m.group()), str(text))
+
+
 def fail(name, rule, value):
     raise ValueError("%s: %s (got %s)" % (name, rule, show(value)))
 

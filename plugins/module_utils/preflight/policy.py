@@ -49,7 +49,8 @@ def refusals(findings, policies):
 
 def report_lines(findings, refused=None):
     """One line per finding, hosts sorted, critical first: "HOST: SEVERITY CHECK SUBJECT: MESSAGE (fix: FIX)",
-    then a line per refused host; ["no finding"] when there is none. The checks a
+    then a line per refused host; ["no finding"] when there is none. Control
+    characters are written as \\xNN (checks.printable). The checks a
     recorded capture cannot answer are one line per host (each finding, with its
     why, stays in the module's result): a recorded fleet would otherwise say it a
     dozen times."""
@@ -69,4 +70,5 @@ def report_lines(findings, refused=None):
                              host, UNRECORDED + "its capture cannot answer ", ", ".join(unrecorded)))
     for host in sorted(refused or {}):
         lines.append("%s: refused, keeps its recorded instances" % host)
-    return lines or ["no finding"]
+    # What a host read (a unit's output, a path) is printed, never obeyed by the terminal.
+    return [vc.printable(line) for line in lines] or ["no finding"]

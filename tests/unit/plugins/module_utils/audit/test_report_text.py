@@ -52,3 +52,14 @@ def test_bad_host_result_is_an_invalid_host_not_an_error(bad, host):
     lines = report_text.text_table(host_results.audit_results([bad]))
     assert lines[0].startswith("%s: 0 critical, 1 error" % host)
     assert "result_invalid" in lines[2]
+
+
+def test_the_kept_bandwidth_line_prints_control_characters_escaped():
+    """The kept plan's bandwidth notes (a host's free text) reach the
+    audit's console line through the verdict: escaped there too."""
+    result = trap_result()
+    result["bandwidth"] = {
+        "version": 1, "measured_at": "2025-05-01T12:00:00Z", "python": "/opt/vllm/bin/python", "size_mib": 256,
+        "seconds": 0.5, "memory": {"method": None, "pairs": [], "notes": ["not measured: \x1b]0;owned\x07\nx"]},
+        "gpus": {"method": None, "copies": [], "notes": []}}
+    assert report_text.text_table([result])[1] == "gpu-a: measured bandwidth: not measured: \\x1b]0;owned\\x07\\x0ax"

@@ -106,3 +106,12 @@ def test_verdict_takes_the_worst_direction_into_account(field):
     assert found["effect"] is False  # remote faster than local: binding is worth nothing
     value["gpus"]["copies"][1][field] = 100.0
     assert verdict.verdict(value)["worth"] == 2.0
+
+
+def test_lines_print_a_hosts_control_characters_escaped():
+    """The probe: a note of a host's bandwidth result (free text, checked
+    for length only) reached the console with its escapes and newlines."""
+    found = record(memory_notes=["not measured: \x1b[31mred\x1b[0m\nfake: line"])
+    lines = verdict.lines(found, "gpu-a")
+    assert lines == ["gpu-a: not measured: \\x1b[31mred\\x1b[0m\\x0afake: line",
+                     "  note: not measured: \\x1b[31mred\\x1b[0m\\x0afake: line"]

@@ -109,3 +109,9 @@ def test_text_never_passes_control_characters(value):
 def test_url_path_refuses_quotes():
     with pytest.raises(ValueError, match="^u: must be an HTTP path"):
         vc.url_path("u", "/health'x")
+
+
+def test_printable_escapes_every_control_character_and_nothing_else():
+    assert vc.printable("a\x00\x1f \x7e\x7f\x80\x9f\xa0é\u202e\\x") == "a\\x00\\x1f \x7e\\x7f\\x80\\x9f\xa0é\u202e\\x"
+    assert vc.printable("gpu-a: \x1b[2J\nroot") == "gpu-a: \\x1b[2J\\x0aroot"
+    assert vc.printable(7) == "7"

@@ -55,3 +55,11 @@ def test_report_lines_say_once_per_host_what_a_capture_cannot_answer():
         "gpu-a: info not checked (recorded capture): its capture cannot answer numactl /usr/bin/numactl, "
         "fabric_manager nvidia-fabricmanager.service, numa_balancing /proc/sys/kernel/numa_balancing (record "
         "the host with its preflight inputs, or set numa_preflight_capture: '' to check it live)"]
+
+
+def test_report_lines_print_a_hosts_control_characters_escaped():
+    """The probe: a host's preflight result whose text holds a terminal
+    escape and a newline reached the printed line as it was."""
+    hostile = finding("numactl", "critical", "/usr/bin/numactl\x1b[2J", "said\nroot: ok\x9b31m", "fix\ttab")
+    assert policy.report_lines({"gpu-a\x07": [hostile]}) == [
+        "gpu-a\\x07: critical numactl /usr/bin/numactl\\x1b[2J: said\\x0aroot: ok\\x9b31m (fix: fix\\x09tab)"]
