@@ -74,12 +74,14 @@ def routed_plan(record, fleet):
     return _on_record("routed_plan", lambda r: plan_record.routed(r, _hosts("fleet", fleet)))(record)
 
 
-def hosts_to_remove(record, fleet):
-    return _on_record("hosts_to_remove", lambda r: plan_record.to_remove(r, _hosts("fleet", fleet)))(record)
+def hosts_to_remove(record, fleet, gateways=None):
+    return _on_record("hosts_to_remove", lambda r: plan_record.to_remove(
+        r, _hosts("fleet", fleet), _hosts("gateways", gateways or [])))(record)
 
 
-def decommission_hosts(record, value):
-    return _on_record("decommission_hosts", lambda r: plan_record.chosen_hosts(r, _plain(value)))(record)
+def decommission_hosts(record, value, fleet=None, gateways=None):
+    return _on_record("decommission_hosts", lambda r: plan_record.chosen_hosts(
+        r, _plain(value), fleet=_hosts("fleet", fleet or []), gateways=_hosts("gateways", gateways or [])))(record)
 
 
 def deploy_report(after, before, context):

@@ -2,8 +2,9 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters of role vllm for taking instances down: vllm_removal_variables
-(what tasks/remove.yml reads, checked) and vllm_retiring (each stale unit
-with the gateway servers to drain first). Thin shells around
+(what tasks/remove.yml reads, checked), vllm_retiring (each stale unit
+with the gateway servers to drain first) and vllm_units_left (the recorded
+units still there after a take-down). Thin shells around
 module_utils/deploy/vllm/retire.py."""
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ def vllm_retiring(stale, variables, host):
         raise AnsibleFilterError("gpufleet.numa.vllm_retiring: %s" % exc)
 
 
+def vllm_units_left(shown, files):
+    try:
+        shown, files = _plain(shown), _plain(files)
+        if not isinstance(shown, str):
+            raise ValueError("input must be the text of systemctl show (empty where systemd does not run)")
+        if isinstance(files, str) or not isinstance(files, list):
+            raise ValueError("files must be the list of unit files still found")
+        return retire.units_left(shown, [str(p) for p in files])
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_units_left: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"vllm_removal_variables": vllm_removal_variables, "vllm_retiring": vllm_retiring}
+        return {"vllm_removal_variables": vllm_removal_variables, "vllm_retiring": vllm_retiring,
+                "vllm_units_left": vllm_units_left}

@@ -86,6 +86,17 @@ def _link_target(path):
         return "a path"
 
 
+def _unique_keys(pairs):
+    """An object whose keys are all different: JSON readers disagree on
+    which of two equal keys wins, so a record with both is damaged."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        twice = next(key for key, _value in pairs if key in seen or seen.add(key))
+        raise ValueError("the key %s appears twice in one object" % value_checks.show(twice))
+    return out
+
+
 def load_artifact(text, name="<plan>"):
     """The artifact from its JSON text; None when there is none yet (empty).
     Raises ValueError naming the file and the problem."""
@@ -99,7 +110,7 @@ def load_artifact(text, name="<plan>"):
         if len(text) > PLAN_MAX_BYTES:
             raise ValueError("plan file %s is larger than %d bytes" % (name, PLAN_MAX_BYTES))
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         except ValueError as exc:
             raise ValueError("plan file %s is not JSON: %s" % (name, exc))
         except RecursionError:

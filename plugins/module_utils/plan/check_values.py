@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway.settings import INVENTORY_HOST, INVENTORY_HOST_RULE
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 
 # Bounds on a kept plan: far above any fleet this collection serves, low
 # enough that a tampered file cannot make a run build millions of units.
@@ -102,7 +102,7 @@ def port(name, value):
 
 
 def host(name, value, hosts=None):
-    vc.text(name, value, INVENTORY_HOST, INVENTORY_HOST_RULE)
+    names.recorded_host(name, value)
     if hosts is not None and value not in hosts:
         vc.fail(name, "must be a host of the plan's hosts", value)
     return value

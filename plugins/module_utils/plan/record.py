@@ -15,6 +15,7 @@ entries of hosts still in the fleet. Pure functions over plain dicts.
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import checks as bandwidth_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -151,10 +152,26 @@ def routed(record, fleet_hosts):
     return forget_hosts(record, set(record["hosts"]) - set(fleet_hosts))
 
 
-def to_remove(record, fleet_hosts):
-    """Hosts the record holds that are no longer in the fleet, sorted."""
+def to_remove(record, fleet_hosts, gateways=()):
+    """Hosts the record holds that are no longer in the fleet, sorted; a
+    gateway or the controller among them is an error (never_gpu_hosts)."""
     fleet = set(fleet_hosts)
-    return sorted(h for h in (record or empty_record())["hosts"] if h not in fleet)
+    return never_gpu_hosts(sorted(h for h in (record or empty_record())["hosts"] if h not in fleet), fleet, gateways)
+
+
+def never_gpu_hosts(hosts, fleet, gateways):
+    """`hosts` to take down, when none is a gateway outside the fleet or the
+    controller: a record that names one as a GPU host is damaged, and taking
+    it down would act on the gateway's or the controller's services."""
+    wrong = [h for h in hosts if h not in fleet and (h in gateways or h == names.CONTROLLER)]
+    if wrong:
+        raise ValueError(
+            "the kept plan names %s as GPU host(s) (hosts.%s), but %s the controller or a gateway, not in "
+            "gpu_servers: never taken down as a GPU host. If it really ran instances, take them down with "
+            "decommission.yml while it is in gpu_servers; otherwise the kept plan is damaged: remove the host's "
+            "entries from it (or restore an earlier copy)" % (", ".join(wrong), wrong[0],
+                                                               "it is" if len(wrong) == 1 else "they are"))
+    return hosts
 
 
 def retired_instances(record, proposal, hosts):
@@ -170,9 +187,14 @@ def retired_instances(record, proposal, hosts):
     return out
 
 
-def chosen_hosts(record, value, name="gpufleet_decommission"):
+def chosen_hosts(record, value, name="gpufleet_decommission", fleet=(), gateways=()):
     """The recorded hosts `value` names: "all", a comma-separated string or
-    a list of inventory hosts, each of which the record must hold."""
+    a list of inventory hosts, each of which the record must hold, none a
+    gateway outside the fleet or the controller."""
+    return never_gpu_hosts(_chosen(record, value, name), set(fleet), gateways)
+
+
+def _chosen(record, value, name):
     record = record or empty_record()
     if value is None or value == "" or value == []:
         raise ValueError("%s: is required: name the hosts to take down (a list, or comma-separated), or all"

@@ -11,6 +11,7 @@ input). Pure functions, standard library only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan.check_values import known_fields
 
 RUN_FIELDS = ("engine", "unit", "unit_sha1")
@@ -43,6 +44,5 @@ def check_files(where, value):
         vc.fail(where, "must be a mapping of exactly %s" % ", ".join(FILE_FIELDS), value)
     for field in ("unit_dir", "config_dir"):
         vc.absolute_path("%s.%s" % (where, field), value[field])
-    vc.text(where + ".unit_prefix", value["unit_prefix"], r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}",
-            "must be [A-Za-z0-9_.-], not starting with '.' or '-'", allow_empty=True)
+    names.unit_prefix(where + ".unit_prefix", value["unit_prefix"])
     return value

@@ -27,7 +27,6 @@ import fcntl
 import getpass
 import json
 import os
-import re
 import socket
 import time
 
@@ -40,14 +39,6 @@ HOLDER_FIELDS = ("host", "boot_id", "pid", "start", "user", "command", "since", 
 # The longest wait a run may ask for: a day.
 MAX_TIMEOUT = 86400
 POLL_SECONDS = 0.5
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _clean(text):
-    """Text read from another process or file, safe on one message line."""
-    return _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group()), text)
 
 
 class LockError(ValueError):
@@ -93,7 +84,7 @@ def _command(pid):
     words = [w for w in _read_text("/proc/%d/cmdline" % pid).split("\0") if w]
     if len(words) > 1 and os.path.basename(words[0]).startswith("python"):
         words = words[1:]  # ansible-playbook's interpreter says nothing about the run
-    return _clean(" ".join(words))[:300]
+    return vc.printable(" ".join(words))[:300]
 
 
 def this_run(pid=None):
@@ -121,8 +112,8 @@ def is_dead(holder, me):
 
 def describe(holder):
     return "%s@%s pid %s (%s), since %s" % (
-        _clean(str(holder.get("user"))), _clean(str(holder.get("host"))), holder.get("pid"),
-        _clean(str(holder.get("command") or "?"))[:300], _clean(str(holder.get("since"))))
+        vc.printable(str(holder.get("user"))), vc.printable(str(holder.get("host"))), holder.get("pid"),
+        vc.printable(str(holder.get("command") or "?"))[:300], vc.printable(str(holder.get("since"))))
 
 
 def _parse(text, path):

@@ -15,28 +15,74 @@ stale unit with the gateway servers to drain first. Pure functions.
 
 from __future__ import annotations
 
+import os
+import re
+
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import command
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as role_variables
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_values, run_record
 
 
 def removal_variables(variables):
-    """The checked variables of tasks/remove.yml (a new dict)."""
+    """The checked variables of tasks/remove.yml (a new dict).
+
+    Where the units and option files are comes from the kept plan's record
+    (`recorded_files`, hosts.HOST.files) when there is one, else from the
+    host's variables; either way by the role's rules, never taken whole: a
+    prefix that starts with gpufleet-, and where systemd runs the units, one
+    of systemd's unit directories. A tampered record cannot point the
+    take-down at another service's units."""
     v = variables
-    out = {}
-    for name in ("vllm_config_dir", "vllm_unit_dir"):
-        out[name] = vc.absolute_path(name, role_variables.role_value(v, name))
-    out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", role_variables.role_value(v, "vllm_unit_prefix"),
-                                      role_variables.UNIT_PREFIX, role_variables.UNIT_PREFIX_RULE,
-                                      allow_empty=True)
+    recorded = v.get("recorded_files") or {}
+    if recorded:
+        run_record.check_files("vllm_remove_files", recorded)
+    out = {"manage_service": role_variables.manage_service(role_variables.role_value(v, "vllm_manage_service"),
+                                                           v.get("service_mgr", ""))}
+    for field, name in _RECORDED:
+        where, value = ("vllm_remove_files." + field, recorded[field]) if recorded else \
+            (name, role_variables.role_value(v, name))
+        if field == "unit_prefix":
+            out[name] = names.unit_prefix(where, value)
+        elif field == "unit_dir":
+            out[name] = os.path.normpath(names.unit_dir(where, value, out["manage_service"]))
+        else:
+            out[name] = os.path.normpath(vc.absolute_path(where, value))
+    out["recorded_units"] = recorded_units(v.get("recorded_instances") or [], out["vllm_unit_prefix"])
     limit = role_variables.INTEGERS["vllm_drain_timeout"]
     out["vllm_drain_timeout"] = vc.integer("vllm_drain_timeout", role_variables.role_value(v, "vllm_drain_timeout"),
                                            limit.minimum, limit.maximum)
-    out["manage_service"] = role_variables.manage_service(role_variables.role_value(v, "vllm_manage_service"),
-                                                          v.get("service_mgr", ""))
     out["vllm_gateways"], out["vllm_gateway_backends"] = role_variables.gateways(
         role_variables.role_value(v, "vllm_gateways"), role_variables.role_value(v, "vllm_gateway_backends"))
     return out
+
+
+# hosts.HOST.files field -> the role variable that says the same.
+_RECORDED = (("unit_dir", "vllm_unit_dir"), ("config_dir", "vllm_config_dir"), ("unit_prefix", "vllm_unit_prefix"))
+
+
+def recorded_units(instances, prefix):
+    """The unit names of the instances the kept plan records on the host."""
+    if not isinstance(instances, list):
+        vc.fail("vllm_remove_instances", "must be the list of the host's recorded instance names", instances)
+    return sorted("%s%s.service" % (prefix, vc.text("vllm_remove_instances[%d]" % i, name, check_values.NAME,
+                                                     check_values.NAME_RULE))
+                  for i, name in enumerate(instances))
+
+
+def units_left(shown, files):
+    """The recorded units still there after the take-down: from `systemctl
+    show --property=Id,LoadState,FragmentPath` of them (text; "" where
+    systemd does not run) and the unit files still found (paths). A host
+    leaves the kept plan only when this is empty."""
+    left = ["%s (a unit file is still at %s)" % (path.rsplit("/", 1)[-1], path) for path in sorted(files)]
+    for block in shown.split("\n\n"):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if fields.get("Id") and fields.get("LoadState") not in (None, "not-found"):
+            left.append("%s (systemd still has it %s, from %s)" % (fields["Id"], fields["LoadState"],
+                                                                  fields.get("FragmentPath") or "no file"))
+    return left
 
 
 def instance_of_unit(path, prefix):
@@ -53,7 +99,9 @@ def retiring_units(stale, v, host):
     out = []
     for path in sorted(stale):
         name = instance_of_unit(path, v["vllm_unit_prefix"])
-        if name is None:
+        # Only a gpufleet-* unit of an instance name is ever the role's.
+        if name is None or not v["vllm_unit_prefix"].startswith(names.UNIT_PREFIX_START) \
+                or not re.fullmatch(check_values.NAME, name):
             continue
         out.append({"path": path, "unit": path.rsplit("/", 1)[-1], "instance": name,
                     "drain": command.drain_targets(name, v, host)})

@@ -233,6 +233,11 @@ TAMPERED = [
     ("totals_text", _top("totals", {"hosts": "3"}), r"totals\.hosts: must be an integer"),
     ("unused_not_list", _top("unused", {}), r"unused must be a list"),
     ("version_two", _top("artifact_version", 2), r"has artifact_version 2; this collection reads version 1"),
+    # Round 3: Ansible's group names are no hosts of a record.
+    ("host_all", lambda p: p["hosts"].update(all=p["hosts"]["gpu-a"]),
+     r"hosts key: must be a host, not Ansible's group 'all'"),
+    ("instance_host_ungrouped", lambda p: p["instances"][0].update(host="ungrouped"),
+     r"instances\[0\]\.host: must be a host, not Ansible's group 'ungrouped'"),
 ]
 
 
@@ -353,3 +358,12 @@ def test_rollout_batch_refuses_what_serial_misreads(value):
 @pytest.mark.parametrize("value,canonical", [(1, 1), ("3", 3), ("1%", "1%"), ("100%", "100%"), (500, 500)])
 def test_rollout_batch_takes_counts_and_percentages(value, canonical):
     assert rollout_batch(value) == canonical == value_checks.batch_size("x", value)
+
+
+def test_a_key_twice_in_one_object_is_refused(kept):
+    # Round 3: duplicate keys were silently merged (the last one won).
+    text = plan_artifact.dump_artifact(kept).replace('"gpus": 8,', '"gpus": 8, "gpus": 4,', 1)
+    assert text.count('"gpus": 4') == 1
+    with pytest.raises(ValueError, match=r"^plan file %s is not JSON: the key 'gpus' appears twice in one object$"
+                       % NAME):
+        plan_artifact.load_artifact(text, NAME)

@@ -153,3 +153,21 @@ def test_the_record_as_a_proposal_holds_no_run_records(facts):
     assert [dict(i, deployed=r["deployed"]) for i, r in zip(again["instances"], record["instances"])] == record["instances"]
     assert not any("deployed" in i for i in again["instances"])
     assert again["hosts"] == record["hosts"]
+
+
+def test_a_gateway_or_the_controller_is_never_taken_down_as_a_gpu_host(facts):
+    # The red-team probe: a record naming the gateway as a GPU host made a
+    # plain deploy "take down" the gateway.
+    first = proposal(facts)
+    record = plan_record.record_hosts(None, first, FLEET, runs(first, FLEET))
+    with pytest.raises(ValueError, match=r"^the kept plan names h100 as GPU host\(s\) \(hosts\.h100\), but it is the "
+                                         r"controller or a gateway, not in gpu_servers"):
+        plan_record.to_remove(record, ["rtx4090"], gateways=["h100", "lb"])
+    # A host that is both a gateway and a GPU server stays a GPU server.
+    assert plan_record.to_remove(record, FLEET, gateways=["h100"]) == []
+    with pytest.raises(ValueError, match="names h100"):
+        plan_record.chosen_hosts(record, "all", fleet=["rtx4090"], gateways=["h100"])
+    assert plan_record.chosen_hosts(record, "all", fleet=FLEET, gateways=["h100"]) == FLEET
+    local = dict(record, hosts=dict(record["hosts"], localhost=record["hosts"]["h100"]))
+    with pytest.raises(ValueError, match=r"names localhost as GPU host"):
+        plan_record.to_remove(local, FLEET)
