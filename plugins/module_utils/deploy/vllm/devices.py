@@ -118,8 +118,7 @@ def check_device_variables(v, out):
     engine = _engine(device, v, out)
     engine_checks.check_version(engine["version"], engine["variable"])
     for key in out["vllm_extra_args"]:
-        if engine["package"] == "vllm":
-            engine_checks.check_option(key, engine["version"])
+        engine_checks.check_option(key, engine)
     for key in out["vllm_environment"]:
         if key in device.reserved:
             vc.fail("vllm_environment key", "must not set what the role sets on %s hosts (%s)"

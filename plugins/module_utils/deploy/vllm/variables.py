@@ -14,16 +14,17 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices, engine_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import model_source
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
-# Options the unit sets itself; vllm_extra_args must not repeat them.
+# Options the unit sets itself (no-numa-bind: numa-bind's other half);
+# vllm_extra_args must not repeat them, nor a prefix of one (engine_checks).
 RESERVED_OPTIONS = (
-    "api-key", "config", "headless", "host", "master-addr", "master-port", "model", "nnodes", "node-rank",
-    "numa-bind", "numa-bind-cpus", "numa-bind-nodes", "pipeline-parallel-size", "port", "served-model-name",
-    "shutdown-timeout", "tensor-parallel-size",
+    "api-key", "config", "headless", "host", "master-addr", "master-port", "model", "nnodes", "no-numa-bind",
+    "node-rank", "numa-bind", "numa-bind-cpus", "numa-bind-nodes", "pipeline-parallel-size", "port",
+    "served-model-name", "shutdown-timeout", "tensor-parallel-size",
 )
 
 # Set on a multi-node instance's units when vllm_socket_ifname names the interface.
@@ -249,15 +250,14 @@ def _check_timeouts(v, out):
 
 
 def _check_extra_args(v, out):
-    """vllm_extra_args: long options of vllm serve, none the unit sets itself."""
+    """vllm_extra_args: long options of vllm serve, none the unit sets itself,
+    with values the engine reads as values (engine_checks)."""
     extra = {}
     for key, value in mapping("vllm_extra_args", role_value(v, "vllm_extra_args")).items():
         key = vc.text("vllm_extra_args key", key if isinstance(key, str) else repr(key), _OPTION,
                       "must be a long option name: lower case, digits, _ and -, no leading dashes")
-        if key.replace("_", "-") in RESERVED_OPTIONS:
-            vc.fail("vllm_extra_args key", "must not set options the unit sets itself (%s)"
-                    % ", ".join(RESERVED_OPTIONS), key)
-        extra[key] = _yaml_value("vllm_extra_args.%s" % key, value)
+        engine_checks.check_unreserved(key, RESERVED_OPTIONS)
+        extra[key] = engine_checks.check_words(key, _yaml_value("vllm_extra_args.%s" % key, value))
     return {"vllm_extra_args": extra}
 
 

