@@ -45,10 +45,15 @@ def listener_clashes(backends, hostvars, gateway_hosts=()):
     errors = []
     vllm_defaults = role_files.defaults("vllm")
     instances = []
+    # Once per host, not per instance: a host's variables are templated
+    # whole, and a 1,000-GPU host has hundreds of instances.
+    listen = {}
     for backend in plain(backends) or []:
-        own = inventory_variables(hostvars, backend["host"], errors) if backend["host"] in hostvars else {}
-        merged = preflight.role_variables(vllm_defaults, own, {})
-        instances.append(dict(backend, listen=str(merged["vllm_listen_host"])))
+        host = backend["host"]
+        if host not in listen:
+            own = inventory_variables(hostvars, host, errors) if host in hostvars else {}
+            listen[host] = str(preflight.role_variables(vllm_defaults, own, {})["vllm_listen_host"])
+        instances.append(dict(backend, listen=listen[host]))
     gateways = {}
     for host in gateway_hosts or []:
         merged = role_files.host_role_variables(hostvars, host, "gateway", errors)

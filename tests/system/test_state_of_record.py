@@ -15,6 +15,7 @@ remove" and is no longer routed; the decommission playbook takes the rest
 down.
 """
 
+import json
 import re
 
 import pytest
@@ -112,6 +113,10 @@ def test_the_record_is_what_runs(fleet):
     out = run(fleet, "decommission.yml", smaller, "-e", "gpufleet_decommission=all")
     assert units(fleet, RTX) == []
     assert sorted(record(fleet)["hosts"]) == [H100]
+    # Prometheus no longer scrapes what was taken down (round 3: the targets
+    # stayed and fired GpufleetInstanceDown).
+    targets = json.loads((fleet["staging"] / "prometheus" / "vllm.json").read_text())
+    assert [t["labels"]["host"] for t in targets if t["labels"]["host"] == RTX] == []
     assert "not in the inventory (they stay recorded until they can be reached): %s" % H100 in out
     out = run(fleet, "decommission.yml", smaller, "-e", "gpufleet_decommission=nope", rc=2)
     assert "gpufleet_decommission: nope is not in the kept plan (recorded: %s)" % H100 in out
