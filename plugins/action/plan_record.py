@@ -50,10 +50,10 @@ class ActionModule(ActionBase):
 
     def _lock(self, path, timeout):
         if not os.path.isdir(os.path.dirname(path)):
-            if self._task.check_mode:
-                # Nothing is recorded and a check run writes nothing: no lock to take.
-                return {"changed": False, "locked": False, "msg": "no record yet (%s): nothing to lock" % path}
-            record.ensure_directory(path)
+            # No record yet, and a run that fails before its first write
+            # leaves nothing behind: the first write takes the lock (_write).
+            return {"changed": False, "locked": False, "msg": "no record yet (%s): the first write locks it" % path}
+
         def waiting(holder):
             self._display.display("waiting up to %d s for the lock of %s, held by %s"
                                   % (timeout, path, lock.describe(holder)))
@@ -74,7 +74,11 @@ class ActionModule(ActionBase):
             else:
                 current = record.read_bytes(path)
             return {"changed": current != content.encode("utf-8")}
-        record.ensure_directory(path)
+        if not os.path.exists(lock.lock_path(path)):
+            # This run found no record (state=locked took no lock): its first
+            # write takes the lock and replaces only "no record".
+            record.ensure_directory(path)
+            lock.acquire(path, lambda: record.ABSENT)
         changed = []
 
         def replace(expected):

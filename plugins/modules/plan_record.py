@@ -16,7 +16,8 @@ description:
   - O(state=locked) takes the run's lock, C(<plan file>.lock) beside the record, before the record is read.
     The lock names its holder (the C(ansible-playbook) process, its host, user, command line and start).
     A live holder is waited for up to O(timeout) seconds, then the task fails naming it, before anything
-    changes. A holder on this controller that is gone (killed, crashed, rebooted) is recognised, and its lock
+    changes. Before the first record exists (no directory yet) nothing is locked, so that a run that fails early
+    leaves nothing behind; its first write then takes the lock and replaces only "no record". A holder on this controller that is gone (killed, crashed, rebooted) is recognised, and its lock
     is taken over with a warning. The lock keeps the record's revision (sha256 of the file) as the run read it.
   - O(state=written) replaces the record with O(content) only while this run holds the lock and the file is
     still at the revision the run read or last wrote (compare-and-swap); otherwise it fails and writes
@@ -53,8 +54,7 @@ attributes:
     support: full
     description:
       - The lock is taken in check mode too (a preview must not read a record that a running deploy is
-        rewriting), unless no record directory exists yet. The write is shown, not made; the lock and
-        the revision are still checked.
+        rewriting). The write is shown, not made; the lock and the revision are still checked.
   diff_mode:
     support: none
   platform:
@@ -84,7 +84,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 locked:
-  description: With O(state=locked), whether a lock was taken (false in check mode before any record exists).
+  description: With O(state=locked), whether a lock was taken (false before any record directory exists).
   returned: with state=locked
   type: bool
 revision:

@@ -220,7 +220,8 @@ def held(record_path, me=None):
 
 def _require_ours(holder, me, record_path):
     if holder is None or not same_run(holder, me):
-        raise LockError("this run no longer holds the lock of the record %s (%s): nothing was written"
+        raise LockError("this run no longer holds the lock of the record %s (%s): another run may have written "
+                        "the record since this one read it, so nothing was written; run again"
                         % (record_path, "it is free" if holder is None else "held by " + describe(holder)))
 
 

@@ -14,6 +14,7 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices, engine_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import model_source
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -47,8 +48,6 @@ RESERVED_DIRECTIVES = (
 # HAProxy backend of gateway_backends entries without a `backend` field.
 DEFAULT_GATEWAY_BACKEND = "vllm"
 
-UNIT_PREFIX = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}"
-UNIT_PREFIX_RULE = "must be [A-Za-z0-9_.-], not starting with '.' or '-'"
 
 
 _OPTION = r"[a-z0-9][a-z0-9_-]{0,99}"
@@ -164,8 +163,8 @@ def check_variables(variables):
     # The host's one device class decides the engine, the sandbox's devices
     # and the reserved environment (devices.py).
     out = {"device": devices.host_device(v["vllm_instances"])}
-    for step in (_check_model_and_paths, _check_access, _check_install, check_download_variables, _check_timeouts,
-                 _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables,
+    for step in (_check_model_and_paths, _check_access, _check_install, _check_unit_dir, check_download_variables,
+                 _check_timeouts, _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables,
                  devices.check_device_variables):
         out.update(step(v, out))
     out["vllm_gateways"], out["vllm_gateway_backends"] = gateways(
@@ -186,8 +185,7 @@ def _check_model_and_paths(v, out):
     out["vllm_executable"] = vc.absolute_path("vllm_executable", role_value(v, "vllm_executable"), allow_empty=True)
     out["vllm_nvidia_modprobe"] = vc.absolute_path("vllm_nvidia_modprobe", role_value(v, "vllm_nvidia_modprobe"),
                                                    allow_empty=True)
-    out["vllm_unit_prefix"] = vc.text("vllm_unit_prefix", role_value(v, "vllm_unit_prefix"), UNIT_PREFIX,
-                                      UNIT_PREFIX_RULE, allow_empty=True)
+    out["vllm_unit_prefix"] = names.unit_prefix("vllm_unit_prefix", role_value(v, "vllm_unit_prefix"))
     out["vllm_user"] = vc.account("vllm_user", role_value(v, "vllm_user"))
     out["vllm_group"] = vc.account("vllm_group", role_value(v, "vllm_group"))
     return out
@@ -232,6 +230,11 @@ def _check_install(v, out):
         "vllm_hardening_strict": vc.boolean("vllm_hardening_strict", role_value(v, "vllm_hardening_strict")),
         "vllm_ready_request": vc.boolean("vllm_ready_request", role_value(v, "vllm_ready_request")),
     })
+
+
+def _check_unit_dir(v, out):
+    """Where systemd runs the units, they go where systemd loads units from."""
+    return {"vllm_unit_dir": names.unit_dir("vllm_unit_dir", out["vllm_unit_dir"], out["manage_service"])}
 
 
 def _check_timeouts(v, out):

@@ -37,5 +37,8 @@ def test_files_are_checked():
         run_record.check_files("hosts.a.files", dict(files, extra=1))
     with pytest.raises(ValueError, match=r"^hosts\.a\.files\.unit_dir: "):
         run_record.check_files("hosts.a.files", dict(files, unit_dir="etc/systemd"))
-    with pytest.raises(ValueError, match=r"^hosts\.a\.files\.unit_prefix: must be \[A-Za-z0-9_.-\]"):
+    with pytest.raises(ValueError, match=r"^hosts\.a\.files\.unit_prefix: must start with 'gpufleet-'"):
         run_record.check_files("hosts.a.files", dict(files, unit_prefix="-x"))
+    # Round 3: an empty prefix made every marked *.service file the role's.
+    with pytest.raises(ValueError, match=r"^hosts\.a\.files\.unit_prefix: must not be empty"):
+        run_record.check_files("hosts.a.files", dict(files, unit_prefix=""))
