@@ -139,7 +139,7 @@ def setup(work, hosts, per_host, startup):
             "vllm_extra_args": {"stub-startup-delay": startup},
             "vllm_health_delay": 1,
             "vllm_unit_dir": units,
-            "vllm_unit_prefix": name + "-",
+            "vllm_unit_prefix": "gpufleet-" + name + "-",
             "vllm_state_dir": os.path.join(root, "var/lib/vllm"),
             "vllm_config_dir": os.path.join(root, "etc/vllm"),
             "vllm_libexec_dir": os.path.join(root, "libexec"),

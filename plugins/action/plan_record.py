@@ -23,6 +23,15 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
 STATES = ("locked", "written", "unlocked")
 
 
+def _revision_or_unreadable(path):
+    """The record's revision; one that cannot be read is left to the record's
+    reader (the kept_plan lookup) to refuse, naming the reason."""
+    try:
+        return record.revision(path)
+    except ValueError:
+        return "unreadable"
+
+
 class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("path", "state", "timeout", "content"))
     _requires_connection = False
@@ -58,7 +67,7 @@ class ActionModule(ActionBase):
             self._display.display("waiting up to %d s for the lock of %s, held by %s"
                                   % (timeout, path, lock.describe(holder)))
 
-        taken = lock.acquire(path, lambda: record.revision(path), timeout, waiting=waiting)
+        taken = lock.acquire(path, lambda: _revision_or_unreadable(path), timeout, waiting=waiting)
         out = {"changed": False, "locked": True, "revision": taken["holder"]["revision"]}
         if taken["took_over"] is not None:
             out["took_over"] = taken["took_over"]

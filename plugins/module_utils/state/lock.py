@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import getpass
 import json
+import multiprocessing
 import os
 import socket
 import time
@@ -75,7 +76,6 @@ def boot_id():
 def run_process():
     """The pid of the run: the ansible-playbook process. Plugins run in its
     forked workers; the controller's main process has no parent among them."""
-    import multiprocessing
     parent = multiprocessing.parent_process()
     return parent.pid if parent is not None and parent.pid else os.getpid()
 
@@ -87,11 +87,18 @@ def _command(pid):
     return vc.printable(" ".join(words))[:300]
 
 
+def _user():
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a container's uid)
+        return "uid %d" % os.getuid()
+
+
 def this_run(pid=None):
     """The holder entry of the calling run (no revision yet)."""
     pid = run_process() if pid is None else pid
     return {"host": socket.gethostname(), "boot_id": boot_id(), "pid": pid, "start": process_start(pid),
-            "user": getpass.getuser(), "command": _command(pid),
+            "user": _user(), "command": _command(pid),
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 

@@ -19,6 +19,8 @@ import hashlib
 import os
 import tempfile
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
+
 ABSENT = "absent"
 RECORD_MODE = 0o644
 DIRECTORY_MODE = 0o755
@@ -33,13 +35,11 @@ def revision_of_bytes(data):
 
 
 def read_bytes(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError("record %s cannot be read: %s" % (path, exc.strerror))
+    """The record's bytes, None when nothing is there; read by the record's
+    one reader (a FIFO, a directory or an oversized file is a ValueError
+    naming it, never a hang)."""
+    text = artifact.read_plan_file(path)
+    return None if text is None else text.encode("utf-8")
 
 
 def revision(path):

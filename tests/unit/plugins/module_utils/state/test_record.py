@@ -46,3 +46,10 @@ def test_the_directory_is_made_only_when_missing(tmp_path):
     os.chmod(str(tmp_path / "state"), 0o700)
     assert record.ensure_directory(path) is False
     assert oct(os.stat(str(tmp_path / "state")).st_mode & 0o777) == "0o700"
+
+
+def test_a_record_that_is_no_file_is_refused_never_waited_on(tmp_path):
+    fifo = str(tmp_path / "plan.json")
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="plan file %s cannot be read: it is a FIFO" % fifo):
+        record.revision(fifo)
