@@ -17,24 +17,19 @@ what HAProxy would interpret ('%[...]', '%%', '$HOME', quotes).
 import http.server
 import json
 import os
-import pathlib
 import shutil
 import socket
 import subprocess
 import threading
 import time
 
-import jinja2
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet_processes import free_port, wait_until
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
+from fleet_processes import wait_until
+from ansible_collections.gpufleet.numa.tests.fixtures import gateway_render
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-ROLE = REPO / "roles" / "gateway"
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 ADDRESS = "127.0.0.45"
 GATEWAY_KEY = "gw-k3y-0123456789abcdef"
@@ -93,24 +88,10 @@ class StandInHandler(http.server.BaseHTTPRequestHandler):
 
 def render(tmp, backends, **extra):
     """The role's template and settings check, with the Lua reader beside it."""
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    variables = {key: defaults[key] for key in gateway_settings.VARIABLES if key in defaults}
-    variables.update({
-        "gateway_log_target": "", "gateway_chroot": "", "gateway_user": "", "gateway_group": "",
-        "gateway_admin_socket": "", "gateway_listen_address": ADDRESS, "gateway_listen_port": free_port(ADDRESS),
-        "gateway_config_path": str(tmp / "haproxy.cfg"), "gateway_buffer_size": BUFFER,
-        "gateway_api_key": GATEWAY_KEY, "gateway_check_interval": "200ms", "gateway_timeout_http_request": "2s",
-        "gateway_backends": backends,
-    })
+    variables = {"gateway_buffer_size": BUFFER, "gateway_api_key": GATEWAY_KEY, "gateway_check_interval": "200ms",
+                 "gateway_timeout_http_request": "2s"}
     variables.update(extra)
-    settings_ = gateway_settings.check_settings(variables)
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    environment.filters["comment"] = lambda text: "# " + text
-    text = environment.from_string((ROLE / "templates" / "haproxy.cfg.j2").read_text()).render(
-        __gateway=settings_, ansible_managed="test")
-    shutil.copy(ROLE / "files" / gateway_settings.BODY_READER, settings_["body_reader"])
-    (tmp / "haproxy.cfg").write_text(text)
-    return settings_
+    return gateway_render.render(tmp, ADDRESS, backends, **variables)
 
 
 @pytest.fixture(scope="module")
