@@ -8,7 +8,8 @@ value) and returns the values the HAProxy template places, each checked as
 a whole (value_checks: fullmatch, no control characters anywhere) and in
 its canonical form, plus the few strings derived from them (address:port
 sockets, one backend per served model name, the GET /v1/models answer, the
-gateway key's digest, each backend key as one quoted word). It raises
+gateway key's digest, each backend key as one quoted word) and HAProxy's
+own error answers in OpenAI's shape (errors.py). It raises
 ValueError("VARIABLE: RULE (got VALUE)") for the first value that breaks a
 rule, so a value can never add a line, a keyword or a server option to the
 configuration; messages about keys never show them. Pure function,
@@ -26,6 +27,7 @@ import ipaddress
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import access
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import errors
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
@@ -321,6 +323,8 @@ def check_settings(variables):
     s["holds_secrets"] = any(model["api_key"] for model in s["models"])
     s["model_header"] = MODEL_HEADER
     s["models_json"] = models_json(s["models"])
+    # HAProxy's own error answers as JSON (errors.py): fixed texts.
+    s["http_errors"], s["monitor_down"] = errors.http_errors(), errors.monitor_down()
     s["listen_port"] = port("gateway_listen_port", v["gateway_listen_port"])
     s["balance"] = vc.choice("gateway_balance", v["gateway_balance"], BALANCE)
     s["check_path"] = http_path("gateway_check_path", v["gateway_check_path"])
