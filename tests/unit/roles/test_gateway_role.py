@@ -426,13 +426,16 @@ def test_gateway_role_replays_requests_an_instance_dropped(examples):
     """L7 retries in the defaults section, with the body buffered so that
     HAProxy can replay it; `haproxy -c` accepts them (the test above). The
     body is waited for only after the key check (wait-for-body after the
-    401 rule), not for every connection (option http-buffer-request)."""
+    401 rule), not for every connection (option http-buffer-request). Only
+    a request no instance answered is replayed, never one that outlasted
+    timeout server (test_gateway_streams_and_errors.py runs them)."""
     text = examples["configs"]["defaults"].read_text()
     defaults = text.split("\ndefaults\n", 1)[1].split("\nfrontend ", 1)[0]
     assert "http-buffer-request" not in text
     frontend = text.split("\nfrontend vllm_api\n", 1)[1]
     assert frontend.index("return status 401") < frontend.index("    http-request wait-for-body time 10s\n")
-    assert "    retry-on conn-failure empty-response response-timeout\n" in defaults
+    assert "    retry-on conn-failure empty-response\n" in defaults and "response-timeout" not in text
+    assert "    option abortonclose\n" in defaults and "    option http-no-delay\n" in defaults
     assert "    option redispatch\n" in defaults
 
 
