@@ -29,23 +29,6 @@ UNIT_PREFIX_RULE = ("must start with 'gpufleet-' (only such units are ever stopp
                     "[A-Za-z0-9_.-]")
 
 
-# systemd's system unit directories (systemd.unit(5), "System Unit Search
-# Path"): a unit anywhere else is never loaded, so a unit directory out of
-# this list is no directory of units that systemd runs.
-SYSTEMD_UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
-                     "/usr/lib/systemd/system", "/lib/systemd/system")
-
-
-def unit_dir(name, value, managed):
-    """A unit directory: where systemd manages the units, one of its own."""
-    path = vc.absolute_path(name, value)
-    normal = "/" + path.strip("/")
-    if managed and normal not in SYSTEMD_UNIT_DIRS:
-        vc.fail(name, "must be one of systemd's unit directories (%s) where systemd runs the units: it loads no "
-                      "unit from anywhere else" % ", ".join(SYSTEMD_UNIT_DIRS), value)
-    return path
-
-
 def inventory_host(name, value):
     """An inventory host name (a string of the rule's characters)."""
     return vc.text(name, value, INVENTORY_HOST, INVENTORY_HOST_RULE)

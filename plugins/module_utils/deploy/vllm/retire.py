@@ -31,9 +31,9 @@ def removal_variables(variables):
     Where the units and option files are comes from the kept plan's record
     (`recorded_files`, hosts.HOST.files) when there is one, else from the
     host's variables; either way by the role's rules, never taken whole: a
-    prefix that starts with gpufleet-, and where systemd runs the units, one
-    of systemd's unit directories. A tampered record cannot point the
-    take-down at another service's units."""
+    prefix that starts with gpufleet-, so a tampered record cannot point the
+    take-down at another service's units (and the playbook forgets the host
+    only once its recorded units are gone: units_left)."""
     v = variables
     recorded = v.get("recorded_files") or {}
     if recorded:
@@ -45,8 +45,6 @@ def removal_variables(variables):
             (name, role_variables.role_value(v, name))
         if field == "unit_prefix":
             out[name] = names.unit_prefix(where, value)
-        elif field == "unit_dir":
-            out[name] = os.path.normpath(names.unit_dir(where, value, out["manage_service"]))
         else:
             out[name] = os.path.normpath(vc.absolute_path(where, value))
     out["recorded_units"] = recorded_units(v.get("recorded_instances") or [], out["vllm_unit_prefix"])

@@ -163,8 +163,8 @@ def check_variables(variables):
     # The host's one device class decides the engine, the sandbox's devices
     # and the reserved environment (devices.py).
     out = {"device": devices.host_device(v["vllm_instances"])}
-    for step in (_check_model_and_paths, _check_access, _check_install, _check_unit_dir, check_download_variables,
-                 _check_timeouts, _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables,
+    for step in (_check_model_and_paths, _check_access, _check_install, check_download_variables, _check_timeouts,
+                 _check_extra_args, _check_environment, _check_hardening, _check_multinode_variables,
                  devices.check_device_variables):
         out.update(step(v, out))
     out["vllm_gateways"], out["vllm_gateway_backends"] = gateways(
@@ -230,11 +230,6 @@ def _check_install(v, out):
         "vllm_hardening_strict": vc.boolean("vllm_hardening_strict", role_value(v, "vllm_hardening_strict")),
         "vllm_ready_request": vc.boolean("vllm_ready_request", role_value(v, "vllm_ready_request")),
     })
-
-
-def _check_unit_dir(v, out):
-    """Where systemd runs the units, they go where systemd loads units from."""
-    return {"vllm_unit_dir": names.unit_dir("vllm_unit_dir", out["vllm_unit_dir"], out["manage_service"])}
 
 
 def _check_timeouts(v, out):

@@ -85,8 +85,6 @@ TAMPERED = {"unit_dir": "/etc/systemd/system", "config_dir": "/etc/vllm", "unit_
 @pytest.mark.parametrize("files, message", [
     (dict(TAMPERED), r"^vllm_remove_files\.unit_prefix: must not be empty"),
     (dict(TAMPERED, unit_prefix="haproxy"), r"^vllm_remove_files\.unit_prefix: must start with 'gpufleet-'"),
-    (dict(TAMPERED, unit_dir="/tmp/planted", unit_prefix="gpufleet-"),
-     r"^vllm_remove_files\.unit_dir: must be one of systemd's unit directories \(/etc/systemd/system, "),
     (dict(TAMPERED, unit_dir="/etc/systemd/system/../../tmp", unit_prefix="gpufleet-"),
      r"^vllm_remove_files\.unit_dir: must not contain '\.\.'"),
     ({"unit_dir": "/etc/systemd/system"}, r"^vllm_remove_files: must be a mapping of exactly")])
@@ -102,11 +100,6 @@ def test_the_record_says_where_the_units_are_by_the_roles_rules():
     assert (v["vllm_unit_dir"], v["vllm_config_dir"], v["vllm_unit_prefix"]) == (
         "/usr/lib/systemd/system", "/srv/vllm", "gpufleet-a-")
     assert v["recorded_units"] == ["gpufleet-a-vllm-0.service", "gpufleet-a-vllm-1.service"]
-    # Where systemd does not run the units (a staging tree), any directory.
-    assert removal(vllm_manage_service=False, recorded_files=dict(files, unit_dir="/tmp/staging"))[
-        "vllm_unit_dir"] == "/tmp/staging"
-    with pytest.raises(ValueError, match=r"^vllm_unit_dir: must be one of systemd's unit directories"):
-        removal(vllm_unit_dir="/tmp/x")
     with pytest.raises(ValueError, match=r"^vllm_remove_instances\[0\]: must be \[A-Za-z0-9_.-\]"):
         removal(recorded_instances=["../ssh"])
 

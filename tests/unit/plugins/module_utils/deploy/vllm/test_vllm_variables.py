@@ -49,8 +49,6 @@ BAD_VARIABLES = [
     # Round 3: only gpufleet-* units are ever the role's (an empty prefix made every unit its own).
     ({"vllm_unit_prefix": ""}, "vllm_unit_prefix: must not be empty"),
     ({"vllm_unit_prefix": "ssh"}, "vllm_unit_prefix: must start with 'gpufleet-'"),
-    ({"vllm_manage_service": True, "vllm_unit_dir": "/opt/units"},
-     "vllm_unit_dir: must be one of systemd's unit directories (/etc/systemd/system, /run/systemd/system, "),
     ({"vllm_listen_host": "127.0.0.1 --trust-remote-code"}, "vllm_listen_host: must be an IPv4 or IPv6 address"),
     ({"vllm_binding": "cgroup"}, "vllm_binding: must be one of numactl, systemd"),
     ({"vllm_state_dir": "/var/lib/vllm\n"}, "vllm_state_dir: must not contain control characters"),
