@@ -2,8 +2,8 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters for the paths the playbooks write on the controller:
-controller_path, file_in_dir, controller_inventory_dir, controller_default_path
-and outside_inventory.
+controller_path, file_in_dir, controller_inventory_dir, controller_default_path,
+outside_inventory and controller_writable.
 
 Thin shells around plugin_utils/paths.py; see docs/deploy.md
 (Controller-side paths).
@@ -64,6 +64,14 @@ def controller_default_path(sources, relative, name, guard_old=False):
         raise AnsibleFilterError("gpufleet.numa.controller_default_path: %s" % exc)
 
 
+def controller_writable(value, name):
+    """value (a directory on the controller), when the controller can write there."""
+    try:
+        return controller_paths.writable_directory(str(name), _plain(value))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.controller_writable: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -72,4 +80,5 @@ class FilterModule(object):
             "controller_inventory_dir": controller_inventory_dir,
             "controller_default_path": controller_default_path,
             "outside_inventory": outside_inventory,
+            "controller_writable": controller_writable,
         }

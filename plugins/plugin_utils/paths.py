@@ -181,3 +181,20 @@ def controller_file(find_needle, path):
         pass
     candidate = os.path.abspath(path)
     return candidate if os.path.exists(candidate) else None
+
+
+def writable_directory(name, directory):
+    """directory, when the controller can create or replace files in it:
+    it, or the nearest of its parents that exists (the playbook creates
+    the rest), is a directory this process may write. ValueError naming
+    `name` otherwise, before anything changes: a run that found out at its
+    end would already have deployed and rebuilt the gateway."""
+    existing = os.path.normpath(os.path.abspath(directory))
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        fail(name, "cannot be created on the controller: %s is not a directory" % existing, directory)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        fail(name, "cannot be written on the controller: %s is read-only for this user (or its file system is)"
+             % existing, directory)
+    return directory

@@ -140,3 +140,40 @@ def test_a_plan_at_the_old_default_place_is_never_silently_left_behind(tmp_path)
 def test_the_filesystem_root_as_inventory_has_no_place_beside_it():
     with pytest.raises(ValueError, match=r"^ansible_inventory_sources: has no directory beside it"):
         controller_paths.artifact_directory(["/"])
+
+
+def test_a_directory_the_controller_cannot_write_is_named(tmp_path):
+    # Round 3: a read-only gpufleet_metrics_dir failed only after the gateway was rebuilt.
+    missing = tmp_path / "state" / "prometheus"
+    assert controller_paths.writable_directory("gpufleet_metrics_dir", str(missing)) == str(missing)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"^gpufleet_metrics_dir: cannot be created on the controller: %s is not a "
+                                         r"directory" % (tmp_path / "file")):
+        controller_paths.writable_directory("gpufleet_metrics_dir", str(tmp_path / "file" / "prometheus"))
+
+
+def _check_as_nobody(directory, answer):
+    """The check in a forked child that dropped root for nobody."""
+    os.setgid(65534)
+    os.setuid(65534)
+    try:
+        controller_paths.writable_directory("gpufleet_metrics_dir", directory)
+        answer.put("ok")
+    except ValueError as exc:
+        answer.put(str(exc))
+
+
+def test_a_read_only_directory_is_refused_for_the_user_who_cannot_write_it(tmp_path):
+    import multiprocessing
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the check as another user")
+    os.chmod(str(tmp_path), 0o755)
+    context = multiprocessing.get_context("fork")
+    answer = context.Queue()
+    child = context.Process(target=_check_as_nobody, args=(str(tmp_path / "prometheus"), answer))
+    child.start()
+    child.join(30)
+    message = answer.get(timeout=5)
+    # (nobody may not see as far down as tmp_path: the nearest directory it sees is named)
+    assert message.startswith("gpufleet_metrics_dir: cannot be written on the controller: /tmp"), message
+    assert "is read-only for this user (or its file system is) (got " in message, message
