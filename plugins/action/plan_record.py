@@ -16,9 +16,11 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.state import lock
 from ansible_collections.gpufleet.numa.plugins.module_utils.state import record
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 STATES = ("locked", "written", "unlocked")
 
@@ -33,7 +35,7 @@ def _revision_or_unreadable(path):
 
 
 class ActionModule(ActionBase):
-    _VALID_ARGS = frozenset(("path", "state", "timeout", "content"))
+    _VALID_ARGS = frozenset(("path", "state", "timeout", "record"))
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
@@ -47,13 +49,15 @@ class ActionModule(ActionBase):
             if state == "locked":
                 result.update(self._lock(path, lock.check_timeout("gpufleet_lock_timeout", args.get("timeout", 0))))
             elif state == "written":
-                content = args.get("content")
-                if not isinstance(content, str) or not content:
-                    raise ValueError("content: must be the record's text")
-                result.update(self._write(path, content))
+                record_value = plain(args.get("record"))
+                if not isinstance(record_value, dict):
+                    raise ValueError("record: must be the record (the kept plan as a mapping)")
+                # Serialised here, not by a template: ansible-core before
+                # 2.19 turns a templated JSON text back into data.
+                result.update(self._write(path, artifact.dump_artifact(record_value)))
             else:
                 result.update(changed=False, released=lock.release(path))
-        except (ValueError, OSError) as exc:
+        except (TypeError, ValueError, OSError) as exc:  # TypeError: a value JSON cannot hold
             raise AnsibleActionFail("gpufleet.numa.plan_record: %s" % exc)
         return result
 

@@ -17,12 +17,13 @@ description:
     The lock names its holder (the C(ansible-playbook) process, its host, user, command line and start).
     A live holder is waited for up to O(timeout) seconds, then the task fails naming it, before anything
     changes. Before the first record exists (no directory yet) nothing is locked, so that a run that fails early
-    leaves nothing behind; its first write then takes the lock and replaces only "no record". A holder on this controller that is gone (killed, crashed, rebooted) is recognised, and its lock
-    is taken over with a warning. The lock keeps the record's revision (sha256 of the file) as the run read it.
-  - O(state=written) replaces the record with O(content) only while this run holds the lock and the file is
-    still at the revision the run read or last wrote (compare-and-swap); otherwise it fails and writes
-    nothing. The file is written whole to a temporary file, synced and renamed; an unchanged record is not
-    written.
+    leaves nothing behind; its first write then takes the lock and replaces only "no record". A holder on this
+    controller that is gone (killed, crashed, rebooted) is recognised, and its lock is taken over with a warning.
+    The lock keeps the record's revision (sha256 of the file) as the run read it.
+  - O(state=written) replaces the record with O(record), written as stable JSON, only while this run holds
+    the lock and the file is still at the revision the run read or last wrote (compare-and-swap); otherwise
+    it fails and writes nothing. The file is written whole to a temporary file, synced and renamed; an
+    unchanged record is not written.
   - O(state=unlocked) frees the lock when this run holds it.
   - The logic is in C(plugins/module_utils/state/lock.py) and C(state/record.py).
 author:
@@ -43,9 +44,12 @@ options:
       - The playbooks pass C(gpufleet_lock_timeout), 0 by default (refuse at once, naming the holder).
     type: int
     default: 0
-  content:
-    description: With O(state=written), the record's text (P(gpufleet.numa.plan_artifact_json#filter)).
-    type: str
+  record:
+    description:
+      - With O(state=written), the record (the kept plan, a mapping). It is written as
+        P(gpufleet.numa.plan_artifact_json#filter) writes it, by the action itself (ansible-core before 2.19
+        would turn a templated JSON text back into data).
+    type: dict
 attributes:
   action:
     support: full
@@ -57,6 +61,7 @@ attributes:
         rewriting). The write is shown, not made; the lock and the revision are still checked.
   diff_mode:
     support: none
+    description: The playbooks show how the record changes per instance (P(gpufleet.numa.record_diff_table#filter)).
   platform:
     support: full
     platforms: posix
@@ -78,7 +83,7 @@ EXAMPLES = r"""
   gpufleet.numa.plan_record:
     path: /srv/ansible/inventories/prod.gpufleet/gpufleet-plan.json
     state: written
-    content: "{{ record | gpufleet.numa.plan_artifact_json }}"
+    record: "{{ record }}"
   run_once: true
 """
 
