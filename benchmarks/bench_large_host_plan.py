@@ -73,12 +73,12 @@ def run(workdir, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     for big in (False, True):
         times = []
-        for _ in range(args.runs):
+        for dummy in range(args.runs):
             workdir = tempfile.mkdtemp(prefix="gpufleet-bench-")
             try:
                 took, rc = run(workdir, inventory(workdir, big))

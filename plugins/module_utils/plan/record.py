@@ -169,8 +169,8 @@ def never_gpu_hosts(hosts, fleet, gateways):
             "the kept plan names %s as GPU host(s) (hosts.%s), but %s the controller or a gateway, not in "
             "gpu_servers: never taken down as a GPU host. If it really ran instances, take them down with "
             "decommission.yml while it is in gpu_servers; otherwise the kept plan is damaged: remove the host's "
-            "entries from it (or restore an earlier copy)" % (", ".join(wrong), wrong[0],
-                                                               "it is" if len(wrong) == 1 else "they are"))
+            "entries from it (or restore an earlier copy)"
+            % (", ".join(wrong), wrong[0], "it is" if len(wrong) == 1 else "they are"))
     return hosts
 
 

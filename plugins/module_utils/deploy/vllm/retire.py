@@ -64,9 +64,9 @@ def recorded_units(instances, prefix):
     """The unit names of the instances the kept plan records on the host."""
     if not isinstance(instances, list):
         vc.fail("vllm_remove_instances", "must be the list of the host's recorded instance names", instances)
-    return sorted("%s%s.service" % (prefix, vc.text("vllm_remove_instances[%d]" % i, name, check_values.NAME,
-                                                     check_values.NAME_RULE))
-                  for i, name in enumerate(instances))
+    names_ = [vc.text("vllm_remove_instances[%d]" % i, name, check_values.NAME, check_values.NAME_RULE)
+              for i, name in enumerate(instances)]
+    return sorted("%s%s.service" % (prefix, name) for name in names_)
 
 
 def units_left(shown, files):
@@ -78,8 +78,8 @@ def units_left(shown, files):
     for block in shown.split("\n\n"):
         fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         if fields.get("Id") and fields.get("LoadState") not in (None, "not-found"):
-            left.append("%s (systemd still has it %s, from %s)" % (fields["Id"], fields["LoadState"],
-                                                                  fields.get("FragmentPath") or "no file"))
+            left.append("%s (systemd still has it %s, from %s)"
+                        % (fields["Id"], fields["LoadState"], fields.get("FragmentPath") or "no file"))
     return left
 
 

@@ -49,7 +49,6 @@ RESERVED_DIRECTIVES = (
 DEFAULT_GATEWAY_BACKEND = "vllm"
 
 
-
 _OPTION = r"[a-z0-9][a-z0-9_-]{0,99}"
 
 

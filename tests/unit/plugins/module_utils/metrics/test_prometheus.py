@@ -90,8 +90,8 @@ def test_node_targets_one_per_host_sorted():
     ({"gpu-a": "10.0.0.1"}, 0, "gpufleet_node_exporter_port"),
     ({"gpu-a": "10.0.0.1 x"}, 9100, r"host gpu-a address \(ansible_host\)"),
     # a wildcard is where a listener waits, not a scrape target
-    ({"gpu-a": "10.0.0.1", "gpu-b": "0.0.0.0"}, 9100, r"^host gpu-b address \(ansible_host\): must be an address "
-                                                       r"Prometheus can connect to, not the wildcard 0\.0\.0\.0"),
+    ({"gpu-a": "10.0.0.1", "gpu-b": "0.0.0.0"}, 9100,
+     r"^host gpu-b address \(ansible_host\): must be an address Prometheus can connect to, not the wildcard 0\.0\.0\.0"),
     ({"gpu-a": "::"}, 9100, r"^host gpu-a address \(ansible_host\): must be an address Prometheus can connect to"),
 ])
 def test_node_target_errors_name_the_field(hosts, port, message):

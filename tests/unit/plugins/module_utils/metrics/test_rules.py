@@ -151,4 +151,3 @@ def test_durations_are_what_promtool_accepts(tmp_path, value):
 def test_the_longest_duration_is_named():
     with pytest.raises(ValueError, match=r"must be at most 292y24w3d23h47m16s854ms .*\(got '999999999y'\)"):
         rules.alert_rules("999999999y")
-

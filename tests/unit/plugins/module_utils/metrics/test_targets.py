@@ -100,8 +100,8 @@ def test_gateway_exporter_off_has_no_target():
 @pytest.mark.parametrize("entry, message", [
     ({"listen": "127.0.0.1", "port": "8405x", "reach": "gw"}, "gateway gw gateway_metrics_port"),
     ({"listen": "0.0.0.0", "port": 8405, "reach": ""}, r"gateway gw address \(ansible_host\)"),
-    ({"listen": "::", "port": 8405, "reach": "0.0.0.0"}, r"^gateway gw address \(ansible_host\): must be an address "
-                                                           r"Prometheus can connect to, not the wildcard 0\.0\.0\.0"),
+    ({"listen": "::", "port": 8405, "reach": "0.0.0.0"},
+     r"^gateway gw address \(ansible_host\): must be an address Prometheus can connect to, not the wildcard 0\.0\.0\.0"),
     ({"listen": "not an address", "port": 8405, "reach": "gw"}, "gateway gw gateway_metrics_address"),
     ("8405", r"expects \{listen, port, reach\}"),
 ])

@@ -149,7 +149,7 @@ def test_timeout_bounds():
 
 def _racer(path, rounds, counter):
     me = lock.this_run(os.getpid())
-    for _ in range(rounds):
+    for dummy in range(rounds):
         lock.acquire(path, _revision, timeout=60, me=me, sleep=lambda s: None)
         with open(counter) as handle:
             value = int(handle.read())
@@ -163,7 +163,7 @@ def test_two_processes_racing_for_the_lock_lose_no_update(tmp_path):
     with open(counter, "w") as handle:
         handle.write("0")
     context = multiprocessing.get_context("fork")
-    racers = [context.Process(target=_racer, args=(path, 200, counter)) for _ in range(2)]
+    racers = [context.Process(target=_racer, args=(path, 200, counter)) for dummy in range(2)]
     for racer in racers:
         racer.start()
     for racer in racers:

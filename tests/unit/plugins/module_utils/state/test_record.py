@@ -19,12 +19,12 @@ def test_the_first_write_needs_no_record(tmp_path):
     assert changed and new == record.revision(path) and new.startswith("sha256:")
     assert oct(os.stat(path).st_mode & 0o777) == oct(record.RECORD_MODE)
     assert record.write(path, '{"a": 1}\n', new) == (new, False)  # unchanged: not written
-    assert [p for p in os.listdir(str(tmp_path))] == ["plan.json"]  # no temporary file left
+    assert os.listdir(str(tmp_path)) == ["plan.json"]  # no temporary file left
 
 
 def test_a_record_changed_since_the_run_read_it_is_never_overwritten(tmp_path):
     path = str(tmp_path / "plan.json")
-    first, _ = record.write(path, "one\n", record.ABSENT)
+    first = record.write(path, "one\n", record.ABSENT)[0]
     with open(path, "w") as handle:
         handle.write("another run's\n")
     with pytest.raises(record.RecordChanged) as err:

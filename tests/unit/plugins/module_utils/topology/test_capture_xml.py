@@ -143,8 +143,8 @@ _CPU = "<system version='2'><cpu numaid=%s affinity='ff'>%s</cpu></system>\n"
     (_CPU % ("'1024'", ""), "<cpu> numaid: must be at most 1023 (got 1024)"),
     (_CPU % ("'99999999999999'", ""), "<cpu> numaid: must be at most 1023"),
     (_CPU % ("'-1'", ""), "<cpu> numaid: must be an integer"),
-    ("<topology><object type='NUMANode' os_index='x' cpuset='0x3'/></topology>\n", "NUMANode os_index: must be an "
-                                                                                    "integer (got 'x')"),
+    ("<topology><object type='NUMANode' os_index='x' cpuset='0x3'/></topology>\n",
+     "NUMANode os_index: must be an integer (got 'x')"),
     ("<topology><object type='Machine' cpuset='0x3'><object type='NUMANode' os_index='0' cpuset='0x3'/>"
      "<object type='PCIDev' pci_busid='qq' pci_type='0302 [10de:1234]'/></object></topology>\n",
      "PCIDev pci_busid: must be a PCI bus id"),
