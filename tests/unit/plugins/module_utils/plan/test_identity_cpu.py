@@ -81,6 +81,12 @@ def test_a_rank_whose_node_memory_changed_is_formed_again_with_todays_memory(mi5
     drifted = copy.deepcopy(sized)
     drifted["numa_nodes"][3]["memory_mb"] = 63988
     assert fleet_plan_by_host(fleet(drifted), deployed=kept)["instances"] == deployed
+    # The bound, 10% of today's memory: 64000 recorded stands on 71111 MB
+    # (7111 <= 7111.1), not on 71112, nor on 58181 (5819 > 5818.1).
+    for today, stands in ((71111, True), (71112, False), (58182, True), (58181, False)):
+        node = copy.deepcopy(sized)
+        node["numa_nodes"][3]["memory_mb"] = today
+        assert (fleet_plan_by_host(fleet(node), deployed=kept)["instances"] == deployed) is stands, today
     # An edited record is not believed either: today's memory comes back.
     edited = artifact.load_artifact(kept)
     edited["instances"][0]["binding"]["ranks"][0]["memory_mb"] = 1
