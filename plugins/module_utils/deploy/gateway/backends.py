@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
@@ -84,8 +85,7 @@ def _servers(plan, what):
             raise ValueError("plan instance %d is not a dict" % index)
         if not contract.is_head(instance):
             continue
-        host = value_checks.text("plan instance %d host" % index, instance.get("host"),
-                                 gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
+        host = names.inventory_host("plan instance %d host" % index, instance.get("host"))
         name = _served_name(host, instance)
         model = instance.get("model") or name
         first = served.setdefault(name, Served(model, host))

@@ -25,7 +25,7 @@ import re
 import ipaddress
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.names import INVENTORY_HOST, INVENTORY_HOST_RULE
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import access
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import errors
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -35,8 +35,6 @@ MANAGE_SERVICE = ("auto", "true", "false", "yes", "no")
 # HAProxy server names, inventory host names (written as a comment).
 SERVER_NAME = r"[A-Za-z0-9_.:-]{1,64}"
 SERVER_NAME_RULE = "must be 1-64 letters, digits, '-', '_', '.' or ':'"
-INVENTORY_HOST = names.INVENTORY_HOST
-INVENTORY_HOST_RULE = names.INVENTORY_HOST_RULE
 PACKAGE = r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"
 SERVICE = r"[A-Za-z0-9][A-Za-z0-9@_.:-]{0,127}"
 BACKEND_KEYS = ("name", "host", "address", "port", "model", "backend")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import join_values
@@ -104,8 +104,7 @@ def _multinode(label, value, pp_size):
                     "master_port)" % field, value)
     nnodes = vc.integer(where + ".nnodes", value["nnodes"], 2, 1024)
     rank = vc.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
-    hosts = [vc.text("%s.hosts[%d]" % (where, i), h, gateway_settings.INVENTORY_HOST,
-                     gateway_settings.INVENTORY_HOST_RULE)
+    hosts = [names.inventory_host("%s.hosts[%d]" % (where, i), h)
              for i, h in enumerate(as_list(where + ".hosts", value["hosts"]))]
     if len(hosts) != nnodes or len(set(hosts)) != nnodes:
         vc.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)

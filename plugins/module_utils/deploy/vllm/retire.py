@@ -64,9 +64,9 @@ def recorded_units(instances, prefix):
     """The unit names of the instances the kept plan records on the host."""
     if not isinstance(instances, list):
         vc.fail("vllm_remove_instances", "must be the list of the host's recorded instance names", instances)
-    names_ = [vc.text("vllm_remove_instances[%d]" % i, name, check_values.NAME, check_values.NAME_RULE)
-              for i, name in enumerate(instances)]
-    return sorted("%s%s.service" % (prefix, name) for name in names_)
+    instance_names = [vc.text("vllm_remove_instances[%d]" % i, name, check_values.NAME, check_values.NAME_RULE)
+                      for i, name in enumerate(instances)]
+    return sorted("%s%s.service" % (prefix, name) for name in instance_names)
 
 
 def units_left(shown, files):

@@ -300,8 +300,7 @@ def _check_multinode_variables(v, out):
     checked = {"vllm_allow_loopback_master": vc.boolean("vllm_allow_loopback_master",
                                                         role_value(v, "vllm_allow_loopback_master"))}
     checked["vllm_node_addresses"] = dict(
-        (vc.text("vllm_node_addresses key", h if isinstance(h, str) else repr(h), gateway_settings.INVENTORY_HOST,
-                 gateway_settings.INVENTORY_HOST_RULE), a)
+        (names.inventory_host("vllm_node_addresses key", h if isinstance(h, str) else repr(h)), a)
         for h, a in mapping("vllm_node_addresses", role_value(v, "vllm_node_addresses") or {}).items())
     ifname = role_value(v, "vllm_socket_ifname") or ""
     checked["vllm_socket_ifname"] = vc.text("vllm_socket_ifname", ifname, _IFNAMES,
@@ -314,7 +313,7 @@ def _check_multinode_variables(v, out):
                 vc.fail("vllm_environment key", "must not set %s while vllm_socket_ifname is set (the role "
                         "sets it on multi-node units)" % name, name)
     checked["vllm_rollout_hosts"] = [
-        vc.text("vllm_rollout_hosts[%d]" % i, h, gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
+        names.inventory_host("vllm_rollout_hosts[%d]" % i, h)
         for i, h in enumerate(as_list("vllm_rollout_hosts", role_value(v, "vllm_rollout_hosts") or []))]
     return checked
 
@@ -341,8 +340,7 @@ def gateways(gateways, backends):
     vllm_gateway_backends (gateway_backends entries: name, host, backend)."""
     checked = {}
     for host, socket in sorted(mapping("vllm_gateways", gateways if gateways is not None else {}).items()):
-        host = vc.text("vllm_gateways key", host if isinstance(host, str) else repr(host),
-                       gateway_settings.INVENTORY_HOST, gateway_settings.INVENTORY_HOST_RULE)
+        host = names.inventory_host("vllm_gateways key", host if isinstance(host, str) else repr(host))
         socket = vc.absolute_path("vllm_gateways.%s" % host, socket if socket is not None else "", allow_empty=True)
         if socket:
             checked[host] = socket
