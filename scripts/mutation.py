@@ -57,6 +57,7 @@ OWN_TESTS = {
     "placement/search": [UNIT + "/placement/test_search*.py", UNIT + "/placement/test_bounds*.py"],
     "placement/cpus": [UNIT + "/placement/test_binding*.py", UNIT + "/placement/test_cpus*.py"],
     "placement/host": [UNIT + "/placement/test_hosts*.py", UNIT + "/placement/test_host_*.py"],
+    "preflight/replay": [UNIT + "/preflight/test_gather_replay.py"],
 }
 COMPARE_FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
                 ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
@@ -328,11 +329,22 @@ def write_module(root, path, text):
             os.unlink(os.path.join(cache, name))
 
 
+def own_tests(name):
+    """The globs of a module's own tests: OWN_TESTS, else the files named after
+    it in the mirrored folder, test_<module>*.py, or test_<folder>_<module>*.py
+    where another folder's module has the same name (tests/unit/test_layout.py
+    holds every module to having some)."""
+    if name in OWN_TESTS:
+        return OWN_TESTS[name]
+    folder, module = os.path.split(name)
+    return ["%s/%s/test_%s*.py" % (UNIT, folder, module),
+            "%s/%s/test_%s_%s*.py" % (UNIT, folder, os.path.basename(folder), module)]
+
+
 def mutate_module(root, path, args, equivalent):
     tree, sites = list_mutants(path)
     name = module_name(path)
-    own = expand(root, args.tests or OWN_TESTS.get(name) or [
-        "%s/%s/test_%s*.py" % (UNIT, os.path.dirname(name), os.path.basename(name))])
+    own = expand(root, args.tests or own_tests(name))
     if args.wider == ["none"]:
         wider = []
     else:

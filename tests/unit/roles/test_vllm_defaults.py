@@ -6,7 +6,7 @@
 roles/vllm/defaults/main.yml gives every optional variable its value; the
 `default:` of meta/argument_specs.yml only documents it and must say the
 same; the Python of deploy/vllm makes up none (a missing variable is an
-error naming it: test_vllm_variables.py).
+error naming it: deploy/vllm/test_variables.py).
 """
 
 import os

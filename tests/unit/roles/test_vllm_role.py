@@ -18,7 +18,7 @@ Rendered files are compared with golden files under golden/vllm/<case>/;
 set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 Bad input is probed many cases per playbook run (one host per probe,
 block/rescue); the rules themselves are tested on the filter directly in
-tests/unit/plugins/module_utils/deploy/vllm/test_vllm_*.py.
+tests/unit/plugins/module_utils/deploy/vllm/.
 """
 
 import getpass
