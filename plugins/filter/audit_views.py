@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_html
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import report_text
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 
 
@@ -37,7 +37,7 @@ def audit_findings(results, severity="info", variable="severity"):
     if severity == "none":
         return []
     try:
-        value_checks.choice(str(variable), severity, ("none",) + locality.SEVERITIES)
+        checks.choice(str(variable), severity, ("none",) + locality.SEVERITIES)
         return locality.at_or_above(report_text.all_findings(host_results.audit_results(list(results or []))), severity)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.audit_findings: %s" % exc)

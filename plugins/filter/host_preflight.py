@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight as variable_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import variable_check
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import policy
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight.units import probe_units
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
@@ -30,8 +30,8 @@ def preflight_units(hostvars, host, plan, node_addresses=None):
         own = inventory_variables(hostvars, host, errors)
         if errors:
             raise ValueError("; ".join(errors))
-        variables = variable_checks.role_variables(role_files.defaults("vllm"), own, dict(
-            variable_checks.VLLM_FROM_PLAYBOOK, vllm_node_addresses=plain(node_addresses or {}),
+        variables = variable_check.role_variables(role_files.defaults("vllm"), own, dict(
+            variable_check.VLLM_FROM_PLAYBOOK, vllm_node_addresses=plain(node_addresses or {}),
             vllm_socket_ifname=own.get("gpufleet_socket_ifname", ""), host=host))
         return probe_units(instances, variables)
     except (KeyError, TypeError, ValueError) as exc:

@@ -12,7 +12,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 
@@ -28,13 +28,13 @@ def _coerce(options):
         value = out.get(name)
         if isinstance(value, str):
             try:
-                out[name] = value_checks.integer(name, value)
+                out[name] = checks.integer(name, value)
             except ValueError:
                 pass
     value = out.get("allow_span")
     if isinstance(value, str):
         try:
-            out["allow_span"] = value_checks.boolean("allow_span", value)
+            out["allow_span"] = checks.boolean("allow_span", value)
         except ValueError:
             pass
     return out
@@ -71,7 +71,7 @@ def fleet_plan(fleet, tp_size=None, **options):
 def _unexpected(name, exc):
     """A filter error for a failure the planner did not foresee (it names the host itself where it knows it)."""
     return AnsibleFilterError("gpufleet.numa.%s: the planner failed (%s: %s)"
-                              % (name, type(exc).__name__, value_checks.show(str(exc))))
+                              % (name, type(exc).__name__, checks.show(str(exc))))
 
 
 def _host_facts(hosts, wanted=None):

@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import by_
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import identity
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 
 def fleet_plan_by_host(host_vars, hosts=None, deployed=None):
@@ -98,7 +98,7 @@ def plan_artifact_json(plan):
 
 def rollout_batch(value, name="gpufleet_rollout_hosts_at_once"):
     try:
-        return value_checks.batch_size(str(name), _plain(value))
+        return checks.batch_size(str(name), _plain(value))
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.rollout_batch: %s" % exc)
 

@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """A model's config.json on the controller, for the fleet's variable check
-(plan/preflight.py model_errors): a local path, or the snapshot of the
+(fleet/variable_check.py model_errors): a local path, or the snapshot of the
 Hugging Face cache's refs/main.
 
 A file that is there but cannot be read as a config is a problem named

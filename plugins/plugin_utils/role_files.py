@@ -12,9 +12,9 @@ import os
 
 import yaml
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.secret_mask import is_secret_name
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import variable_check
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
@@ -52,12 +52,12 @@ def inventory_variables(hostvars, host, errors):
     that cannot be evaluated is an error (its text cut, never a value)."""
     out = {}
     variables = hostvars[host]
-    for name in preflight.inventory_names(list(variables.keys())):
+    for name in variable_check.inventory_names(list(variables.keys())):
         try:
             out[name] = plain(variables[name])
         except Exception as exc:  # a template error of the inventory's
             # The template's text may hold the secret it was to give.
-            reason = "reason hidden" if is_secret_name(name) else vc.show(str(exc), 200)
+            reason = "reason hidden" if is_secret_name(name) else checks.show(str(exc), 200)
             errors.append("%s: %s: cannot be evaluated (%s)" % (host, name, reason))
     return out
 
@@ -65,5 +65,5 @@ def inventory_variables(hostvars, host, errors):
 def host_role_variables(hostvars, host, role, errors, from_playbook=None):
     """HOST's variables of ROLE as the role takes them: its defaults
     (templated ones derived), the host's own over them, the playbook's last
-    (plan/preflight.role_variables); evaluation errors go to ERRORS."""
-    return preflight.role_variables(defaults(role), inventory_variables(hostvars, host, errors), from_playbook or {})
+    (plan/variable_check.role_variables); evaluation errors go to ERRORS."""
+    return variable_check.role_variables(defaults(role), inventory_variables(hostvars, host, errors), from_playbook or {})

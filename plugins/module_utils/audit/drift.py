@@ -13,7 +13,7 @@ Pure functions over plain dicts; runs on the controller only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import instance_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.locality import comma_list, finding, group_subject, node_phrase
@@ -47,7 +47,7 @@ def deployed_for_host(deployed, host):
             raise ValueError("deployed plan instances[%d] has no host or gpus list" % i)
         # The device picks the audit's table row: an unknown one is refused here, by name.
         if inst.get("device") is not None:
-            vc.choice("deployed plan instances[%d].device" % i, inst["device"], contract.DEVICES)
+            checks.choice("deployed plan instances[%d].device" % i, inst["device"], contract.DEVICES)
         if inst["host"] == host:
             instances.append(inst)
     unused = [u for u in plan.get("unused") or [] if isinstance(u, dict) and u.get("host") == host]

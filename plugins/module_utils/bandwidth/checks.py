@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan.check_values import (
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.record_values import (
     GPU_ID,
     GPU_ID_RULE,
     MAX_GPUS_PER_HOST,
@@ -45,16 +45,16 @@ _TIME = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"
 def gbps(where, value):
     """A figure in GB/s: a finite JSON number above 0, at most MAX_GBPS."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        vc.fail(where, "must be a number of GB/s", value)
+        checks.fail(where, "must be a number of GB/s", value)
     if not 0 < value <= MAX_GBPS:
-        vc.fail(where, "must be above 0 and at most %d GB/s" % MAX_GBPS, value)
+        checks.fail(where, "must be above 0 and at most %d GB/s" % MAX_GBPS, value)
     return float(value)
 
 
 def _node(where, value, nodes):
     node = integer(where, value, 0, MAX_NUMA_NODE)
     if nodes is not None and node not in nodes:
-        vc.fail(where, "must be a NUMA node this host has (%s)" % ", ".join(str(n) for n in sorted(nodes)), node)
+        checks.fail(where, "must be a NUMA node this host has (%s)" % ", ".join(str(n) for n in sorted(nodes)), node)
     return node
 
 
@@ -64,7 +64,7 @@ def _notes(where, value):
 
 
 def _method(where, value, methods):
-    return None if value is None else vc.choice(where, value, methods)
+    return None if value is None else checks.choice(where, value, methods)
 
 
 def _memory(where, value, nodes):
@@ -76,13 +76,13 @@ def _memory(where, value, nodes):
         pair = known_fields(at, pair, PAIR_FIELDS, ("cpu_node", "memory_node", "gbps"))
         key = (_node(at + ".cpu_node", pair["cpu_node"], nodes), _node(at + ".memory_node", pair["memory_node"], nodes))
         if key in seen:
-            vc.fail(at, "must not repeat a pair of CPU node and memory node", list(key))
+            checks.fail(at, "must not repeat a pair of CPU node and memory node", list(key))
         seen.add(key)
         gbps(at + ".gbps", pair["gbps"])
         if pair.get("threads") is not None:
             integer(at + ".threads", pair["threads"], 1, MAX_THREADS)
     if value["pairs"] and value["method"] is None:
-        vc.fail(where + ".method", "must name the method of the figures in pairs", None)
+        checks.fail(where + ".method", "must name the method of the figures in pairs", None)
     _notes(where + ".notes", value["notes"])
     return value
 
@@ -95,9 +95,9 @@ def _gpus(where, value, nodes):
         at = "%s.copies[%d]" % (where, i)
         copy = known_fields(at, copy, COPY_FIELDS, ("node", "gpu", "h2d_gbps", "d2h_gbps"))
         node = _node(at + ".node", copy["node"], nodes)
-        gpu = vc.text(at + ".gpu", copy["gpu"], GPU_ID, GPU_ID_RULE)
+        gpu = checks.text(at + ".gpu", copy["gpu"], GPU_ID, GPU_ID_RULE)
         if (node, gpu) in seen:
-            vc.fail(at, "must not repeat a pair of NUMA node and GPU", [node, gpu])
+            checks.fail(at, "must not repeat a pair of NUMA node and GPU", [node, gpu])
         seen.add((node, gpu))
         if copy.get("index") is not None:
             integer(at + ".index", copy["index"], 0, MAX_GPUS_PER_HOST - 1)
@@ -107,7 +107,7 @@ def _gpus(where, value, nodes):
         for field in ("h2d_gbps", "d2h_gbps"):
             gbps("%s.%s" % (at, field), copy[field])
     if value["copies"] and value["method"] is None:
-        vc.fail(where + ".method", "must name the method of the figures in copies", None)
+        checks.fail(where + ".method", "must name the method of the figures in copies", None)
     _notes(where + ".notes", value["notes"])
     return value
 
@@ -117,12 +117,12 @@ def check_bandwidth(where, value, nodes=None):
     hardware record), which every node of the figures must be. Returns it."""
     value = known_fields(where, value, FIELDS, FIELDS)
     integer(where + ".version", value["version"], 1, 1)
-    vc.text(where + ".measured_at", value["measured_at"], _TIME, "must be a UTC time YYYY-MM-DDTHH:MM:SSZ")
+    checks.text(where + ".measured_at", value["measured_at"], _TIME, "must be a UTC time YYYY-MM-DDTHH:MM:SSZ")
     short_text(where + ".python", value["python"])
     integer(where + ".size_mib", value["size_mib"], 1, 16384)
     seconds = value["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 60:
-        vc.fail(where + ".seconds", "must be a number of seconds above 0, at most 60", seconds)
+        checks.fail(where + ".seconds", "must be a number of seconds above 0, at most 60", seconds)
     _memory(where + ".memory", value["memory"], nodes)
     _gpus(where + ".gpus", value["gpus"], nodes)
     return value

@@ -16,7 +16,7 @@ import posixpath
 import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import measure
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 # module option -> the variable that sets it
 VARIABLES = {
@@ -35,7 +35,7 @@ def _seconds(name, value):
     if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
         return float(value.strip())
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        vc.fail(name, "must be a number of seconds", value)
+        checks.fail(name, "must be a number of seconds", value)
     return float(value)
 
 
@@ -45,16 +45,16 @@ def _python(variables):
     if variables.get(name) not in (None, ""):
         value = variables[name]
         values = value if isinstance(value, list) else [value]
-        return [vc.absolute_path("%s[%d]" % (name, i) if isinstance(value, list) else name, v)
+        return [checks.absolute_path("%s[%d]" % (name, i) if isinstance(value, list) else name, v)
                 for i, v in enumerate(values)]
     candidates = []
     executable = variables.get("vllm_executable") or ""
     if executable:
-        vc.absolute_path("vllm_executable", executable)
+        checks.absolute_path("vllm_executable", executable)
         candidates.append(posixpath.join(posixpath.dirname(executable), "python"))
     venv = variables.get("vllm_venv")
     if venv:
-        candidates.append(vc.absolute_path("vllm_venv", venv) + "/bin/python")
+        candidates.append(checks.absolute_path("vllm_venv", venv) + "/bin/python")
     return candidates
 
 
@@ -65,8 +65,8 @@ def from_variables(variables):
     out = {"python": _python(variables)}
     for option, default in DEFAULTS.items():
         out[option] = default if get[option] is None else get[option]
-    out["size_mib"] = vc.integer(VARIABLES["size_mib"], out["size_mib"])
-    out["timeout"] = vc.integer(VARIABLES["timeout"], out["timeout"])
+    out["size_mib"] = checks.integer(VARIABLES["size_mib"], out["size_mib"])
+    out["timeout"] = checks.integer(VARIABLES["timeout"], out["timeout"])
     out["seconds"] = _seconds(VARIABLES["seconds"], out["seconds"])
-    out["gpus"] = vc.boolean(VARIABLES["gpus"], out["gpus"])
+    out["gpus"] = checks.boolean(VARIABLES["gpus"], out["gpus"])
     return measure.check_settings(out, VARIABLES)

@@ -13,7 +13,7 @@ is never a GPU host to take down. Pure functions, standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 INVENTORY_HOST = r"[A-Za-z0-9_.:@-]{1,253}"
 INVENTORY_HOST_RULE = "must be an inventory host name of letters, digits, '-', '_', '.', ':' or '@'"
@@ -31,16 +31,16 @@ UNIT_PREFIX_RULE = ("must start with 'gpufleet-' (only such units are ever stopp
 
 def inventory_host(name, value):
     """An inventory host name (a string of the rule's characters)."""
-    return vc.text(name, value, INVENTORY_HOST, INVENTORY_HOST_RULE)
+    return checks.text(name, value, INVENTORY_HOST, INVENTORY_HOST_RULE)
 
 
 def recorded_host(name, value):
     """A host a kept plan may hold: an inventory host name, not a group."""
     inventory_host(name, value)
     if value in GROUP_NAMES:
-        vc.fail(name, "must be a host, not Ansible's group %r" % value, value)
+        checks.fail(name, "must be a host, not Ansible's group %r" % value, value)
     return value
 
 
 def unit_prefix(name, value):
-    return vc.text(name, value, UNIT_PREFIX, UNIT_PREFIX_RULE)
+    return checks.text(name, value, UNIT_PREFIX, UNIT_PREFIX_RULE)

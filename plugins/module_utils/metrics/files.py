@@ -12,7 +12,7 @@ them. Pure functions, standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import prometheus, rules, targets
 
 OPTIONS = ("addresses", "gateways", "nodes", "node_exporter_port", "down_for")
@@ -24,7 +24,7 @@ def metrics_files(record, options):
     reach}), nodes (host -> its address, for node exporters),
     node_exporter_port, down_for (gpufleet_alert_down_for)."""
     if not isinstance(options, dict):
-        raise ValueError("metrics_files: options must be a mapping (got %s)" % value_checks.show(options))
+        raise ValueError("metrics_files: options must be a mapping (got %s)" % checks.show(options))
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ValueError("metrics_files: unknown option(s) %s (known: %s)" % (", ".join(unknown), ", ".join(OPTIONS)))

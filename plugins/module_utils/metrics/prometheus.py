@@ -14,7 +14,7 @@ only.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules, targets
 
@@ -39,26 +39,26 @@ PACKAGE_RULE = "must be a package name (letters, digits, '+', '.', '_', '-')"
 def check_settings(variables):
     """The role's variables, checked (keys without the prometheus_ prefix,
     plus gpufleet_dir); ValueError names the variable and its rule."""
-    v = value_checks.exact_names("prometheus_settings", variables, VARIABLES)
+    v = checks.exact_names("prometheus_settings", variables, VARIABLES)
     out = {
-        "server": value_checks.boolean("prometheus_server", v["prometheus_server"]),
-        "node_exporter": value_checks.boolean("prometheus_node_exporter", v["prometheus_node_exporter"]),
-        "install": value_checks.boolean("prometheus_install", v["prometheus_install"]),
+        "server": checks.boolean("prometheus_server", v["prometheus_server"]),
+        "node_exporter": checks.boolean("prometheus_node_exporter", v["prometheus_node_exporter"]),
+        "install": checks.boolean("prometheus_install", v["prometheus_install"]),
         "scrape_interval": rules.duration("prometheus_scrape_interval", v["prometheus_scrape_interval"]),
         "evaluation_interval": rules.duration("prometheus_evaluation_interval", v["prometheus_evaluation_interval"]),
-        "config_dir": value_checks.absolute_path("prometheus_config_dir", v["prometheus_config_dir"]),
-        "self_address": value_checks.address("prometheus_self_address", v["prometheus_self_address"]),
-        "self_port": value_checks.port("prometheus_self_port", v["prometheus_self_port"]),
+        "config_dir": checks.absolute_path("prometheus_config_dir", v["prometheus_config_dir"]),
+        "self_address": checks.address("prometheus_self_address", v["prometheus_self_address"]),
+        "self_port": checks.port("prometheus_self_port", v["prometheus_self_port"]),
         "manage_service": gateway_settings.manage_service("prometheus_manage_service", v["prometheus_manage_service"]),
     }
     for name in ("prometheus_server_package", "prometheus_node_exporter_package"):
-        out[name[len("prometheus_"):]] = value_checks.text(name, v[name], gateway_settings.PACKAGE, PACKAGE_RULE)
+        out[name[len("prometheus_"):]] = checks.text(name, v[name], gateway_settings.PACKAGE, PACKAGE_RULE)
     key = v["prometheus_gateway_api_key"]
-    out["gateway_api_key"] = value_checks.api_key("prometheus_gateway_api_key", key) if key else ""
+    out["gateway_api_key"] = checks.api_key("prometheus_gateway_api_key", key) if key else ""
     files_dir = v["prometheus_files_dir"]
-    out["files_dir"] = value_checks.absolute_path("prometheus_files_dir", files_dir, allow_empty=True)
+    out["files_dir"] = checks.absolute_path("prometheus_files_dir", files_dir, allow_empty=True)
     if out["server"] and not out["files_dir"]:
-        value_checks.fail("prometheus_files_dir", "is required with prometheus_server: the controller directory "
+        checks.fail("prometheus_files_dir", "is required with prometheus_server: the controller directory "
                           "the deploy writes the Prometheus files into (gpufleet_metrics_dir; playbooks/"
                           "monitoring.yml sets it)", files_dir)
     out["gpufleet_dir"] = out["config_dir"].rstrip("/") + "/" + SUBDIRECTORY
@@ -93,7 +93,7 @@ def scrape_config(settings):
 def node_targets(hosts, port):
     """One file_sd target group per host's node exporter: hosts maps
     inventory host -> the address Prometheus reaches it at."""
-    port = value_checks.port("gpufleet_node_exporter_port", port)
+    port = checks.port("gpufleet_node_exporter_port", port)
     groups = []
     for host in sorted(hosts):
         address = targets.reach_address("host %s" % host, hosts[host])

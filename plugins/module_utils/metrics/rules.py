@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 VLLM_JOB = "gpufleet-vllm"
 GATEWAY_JOB = "gpufleet-gateway"
@@ -40,15 +40,15 @@ DEFAULT_DOWN_FOR = "1m"
 
 def duration(name, value):
     """A Prometheus duration, checked whole, at most MAX_DURATION."""
-    value_checks.text(name, value, max_length=32)
+    checks.text(name, value, max_length=32)
     if value == "0":
         return value
     match = _DURATION.fullmatch(value)
     if not match or not re.search(r"[0-9]", value):
-        value_checks.fail(name, DURATION_RULE, value)
+        checks.fail(name, DURATION_RULE, value)
     total = sum(int(count) * unit for count, unit in zip(match.groups(), _UNIT_MS) if count)
     if total > MAX_DURATION_MS:
-        value_checks.fail(name, "must be at most %s (Prometheus's longest duration, 2^63-1 nanoseconds)"
+        checks.fail(name, "must be at most %s (Prometheus's longest duration, 2^63-1 nanoseconds)"
                           % MAX_DURATION, value)
     return value
 

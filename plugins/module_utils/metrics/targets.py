@@ -16,7 +16,7 @@ instance the gateway routes to. Pure functions, standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_backends
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -35,8 +35,8 @@ def scrape_address(who, variable, listen, reach):
     gpu-a"): its listen address (VARIABLE, checked), or REACH, the host's own
     address (ansible_host, else its name), when it listens on every address
     (0.0.0.0, ::): a wildcard is no place to connect to."""
-    address = value_checks.address("%s %s" % (who, variable), listen)
-    if value_checks.address_scope(address) == "unspecified":
+    address = checks.address("%s %s" % (who, variable), listen)
+    if checks.address_scope(address) == "unspecified":
         address = reach_address(who, reach)
     return address
 
@@ -44,7 +44,7 @@ def scrape_address(who, variable, listen, reach):
 def reach_address(who, reach):
     """The host's own address (ansible_host, else its name) as a scrape
     target: a wildcard there (ansible_host: 0.0.0.0) is refused, naming WHO."""
-    return value_checks.connect_address("%s address (ansible_host)" % who, reach, "Prometheus")
+    return checks.connect_address("%s address (ansible_host)" % who, reach, "Prometheus")
 
 
 def _placement_labels(instance):
@@ -98,14 +98,14 @@ def gateway_targets(gateways):
     """
     if not isinstance(gateways, dict):
         raise ValueError("gateway_targets: expects a mapping of gateway host -> {listen, port, reach} (got %s)"
-                         % value_checks.show(gateways))
+                         % checks.show(gateways))
     groups = []
     for host in sorted(gateways):
         entry = gateways[host]
         if not isinstance(entry, dict):
             raise ValueError("gateway_targets: gateway %s: expects {listen, port, reach} (got %s)"
-                             % (host, value_checks.show(entry)))
-        port = value_checks.port("gateway %s gateway_metrics_port" % host, entry.get("port"), allow_zero=True)
+                             % (host, checks.show(entry)))
+        port = checks.port("gateway %s gateway_metrics_port" % host, entry.get("port"), allow_zero=True)
         if port == 0:
             continue
         address = scrape_address("gateway %s" % host, "gateway_metrics_address", entry.get("listen"), entry.get("reach"))

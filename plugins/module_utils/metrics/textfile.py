@@ -15,7 +15,7 @@ functions, standard library only.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import locality
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 # The file node_exporter's textfile collector reads (*.prom) in audit_textfile_dir.
 FILE_NAME = "gpufleet-audit.prom"
@@ -56,7 +56,7 @@ def remote_memory(result):
 
 def audit_metrics(result, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD):
     """The *.prom file's text for one host's audit result."""
-    memory_threshold = value_checks.integer("audit_memory_threshold", memory_threshold, 0, 100)
+    memory_threshold = checks.integer("audit_memory_threshold", memory_threshold, 0, 100)
     counts = result.get("counts") or {}
     samples = {
         "gpufleet_audit_findings": ['{severity="%s"} %d' % (s, counts.get(s, 0)) for s in locality.SEVERITIES],
@@ -76,5 +76,5 @@ def audit_metrics(result, memory_threshold=locality.DEFAULT_MEMORY_THRESHOLD):
 def textfile(result, memory_threshold, directory):
     """{path, text}: where the audit writes one host's metrics (FILE_NAME in
     directory, audit_textfile_dir) and what."""
-    directory = value_checks.absolute_path("audit_textfile_dir", directory)
+    directory = checks.absolute_path("audit_textfile_dir", directory)
     return {"path": directory.rstrip("/") + "/" + FILE_NAME, "text": audit_metrics(result, memory_threshold)}

@@ -21,7 +21,7 @@ from collections import namedtuple
 from collections.abc import Mapping
 from operator import itemgetter
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 # The fields of fleet_plan's result, and the kept plan's own around them.
 PLAN_FIELDS = ("instances", "unused", "warnings", "totals")
@@ -111,12 +111,12 @@ def server_name(host, instance_name):
 def check_served_name(name, value):
     """The one rule for a served model name, wherever it is read (the vLLM
     unit's --served-model-name, the planner, the kept plan, the gateway):
-    value_checks.served_model_name, one word on a command line and in
+    checks.served_model_name, one word on a command line and in
     HAProxy's configuration; a leading '-' is refused first with the
     command line's own reason. Raises ValueError("NAME: RULE (got VALUE)")."""
     if isinstance(value, str) and value.startswith("-"):
-        value_checks.command_word(name, value)
-    return value_checks.served_model_name(name, value)
+        checks.command_word(name, value)
+    return checks.served_model_name(name, value)
 
 
 def served_name(model, served=""):

@@ -11,7 +11,7 @@ that the planner takes each host's own values instead of one host's.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import (
     DEVICE_CLASSES,
     FLEET_OPTIONS,
@@ -43,25 +43,25 @@ DEFAULTS = dict(FLEET_OPTIONS, tp_size=1)
 
 def _check(kind, name, value, host):
     if kind == "positive":
-        return value_checks.integer(name, value, minimum=1)
+        return checks.integer(name, value, minimum=1)
     if kind == "positive_or_none":
-        return None if value is None else value_checks.integer(name, value, minimum=1)
+        return None if value is None else checks.integer(name, value, minimum=1)
     if kind == "count":
-        return value_checks.integer(name, value, minimum=0)
+        return checks.integer(name, value, minimum=0)
     if kind == "port":
-        return value_checks.port(name, value)
+        return checks.port(name, value)
     if kind == "bool":
-        return value_checks.boolean(name, value)
+        return checks.boolean(name, value)
     if kind == "worker_binding":
-        return value_checks.choice(name, value, WORKER_BINDINGS)
+        return checks.choice(name, value, WORKER_BINDINGS)
     if kind == "device_class":
-        return value_checks.choice(name, value, DEVICE_CLASSES)
+        return checks.choice(name, value, DEVICE_CLASSES)
     # exclude_gpus: a list of GPU indices, bus ids, UUIDs or GPU<n>, or a mapping host -> list
     # (placement/exclude.py resolves them against the host's GPUs)
     if isinstance(value, dict):
         value = value.get(host) or []
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        value_checks.fail(name, "must be a list of GPU indices, PCI bus ids, UUIDs or GPU<n> "
+        checks.fail(name, "must be a list of GPU indices, PCI bus ids, UUIDs or GPU<n> "
                                 "(or a mapping host -> list)", value)
     return [_gpu_entry("%s[%d]" % (name, i), item) for i, item in enumerate(value)]
 
@@ -70,8 +70,8 @@ def _gpu_entry(name, item):
     if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
         return int(item)
     if isinstance(item, str):
-        return value_checks.text(name, item)
-    return value_checks.fail(name, "must be a GPU index (0, 1, ...), a PCI bus id, a UUID or GPU<n>", item)
+        return checks.text(name, item)
+    return checks.fail(name, "must be a GPU index (0, 1, ...), a PCI bus id, a UUID or GPU<n>", item)
 
 
 def check_option(option, value, host, name):
@@ -79,7 +79,7 @@ def check_option(option, value, host, name):
     (hosts.HOST.options); raises ValueError("NAME: RULE (got VALUE)")."""
     kinds = dict((o, kind) for o, dummy, kind in SETTINGS)
     if option not in kinds:
-        value_checks.fail(name, "must be a placement option (%s)" % ", ".join(sorted(kinds)), option)
+        checks.fail(name, "must be a placement option (%s)" % ", ".join(sorted(kinds)), option)
     return _check(kinds[option], name, value, host)
 
 
@@ -142,7 +142,7 @@ def host_models(host_vars, hosts):
         if model is None or model == "":
             continue
         try:
-            model = value_checks.command_word("vllm_model", value_checks.text("vllm_model", model))
+            model = checks.command_word("vllm_model", checks.text("vllm_model", model))
             served = contract.served_name(model, get("vllm_served_model_name") or "")
         except ValueError as exc:
             raise ValueError("host %s: %s" % (host, exc))

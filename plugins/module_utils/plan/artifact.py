@@ -18,7 +18,7 @@ import os
 import stat
 from collections import namedtuple
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check as plan_check
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
@@ -93,7 +93,7 @@ def _unique_keys(pairs):
     if len(out) != len(pairs):
         seen = set()
         twice = next(key for key, _value in pairs if key in seen or seen.add(key))
-        raise ValueError("the key %s appears twice in one object" % value_checks.show(twice))
+        raise ValueError("the key %s appears twice in one object" % checks.show(twice))
     return out
 
 
@@ -151,12 +151,12 @@ def _check_plan(plan, what):
 
 def _typed(host, options):
     """Options as fleet_plan read them: `-e tp_size=2` arrives as the string
-    "2", `-e allow_span=yes` as "yes" (value_checks.boolean: a word that is
+    "2", `-e allow_span=yes` as "yes" (checks.boolean: a word that is
     no boolean, such as "maybe", is refused naming the option)."""
     out = {}
     for key, value in options.items():
         if key == "allow_span" and isinstance(value, str):
-            value = value_checks.boolean("settings.%s.allow_span" % host, value.strip())
+            value = checks.boolean("settings.%s.allow_span" % host, value.strip())
         elif isinstance(value, str) and value.strip().isdigit():
             value = int(value)
         out[key] = value

@@ -25,10 +25,10 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import che
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_device, run_record
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan.check_values import (
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.record_values import (
     GPU_ID as _GPU_ID,
     GPU_ID_RULE as _GPU_ID_RULE,
     MAX_ENTRIES,
@@ -63,7 +63,7 @@ def check_artifact(plan, name):
 def _check_plan(plan):
     hosts = _mapping("hosts", plan.get("hosts"))
     if len(hosts) > MAX_HOSTS:
-        vc.fail("hosts", "must hold at most %d hosts" % MAX_HOSTS, "%d hosts" % len(hosts))
+        checks.fail("hosts", "must hold at most %d hosts" % MAX_HOSTS, "%d hosts" % len(hosts))
     records = {}
     for host in sorted(hosts, key=str):
         records[host] = _check_host_entry(host, hosts[host])
@@ -92,19 +92,19 @@ def _check_counts(instances, hosts):
     for host, count in sorted(counts.items()):
         gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
         if isinstance(gpus, int) and count > gpus:
-            vc.fail("instances", "must hold at most one instance per GPU of host %s (%s GPUs)" % (vc.show(host), gpus),
+            checks.fail("instances", "must hold at most one instance per GPU of host %s (%s GPUs)" % (checks.show(host), gpus),
                     "%d instances" % count)
 
 
 def _check_host_entry(host, entry):
     """hosts[HOST]: {gpus, options?, files?, hardware?, bandwidth?}; returns the hardware record or None."""
-    where = "hosts.%s" % vc.show(host)
+    where = "hosts.%s" % checks.show(host)
     _host("hosts key", host)
     entry = _mapping(where, entry)
     _int(where + ".gpus", entry.get("gpus"), 0, MAX_GPUS_PER_HOST)
     if "options" in entry:
         for option, value in sorted(_mapping(where + ".options", entry["options"]).items(), key=str):
-            fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, vc.show(option)))
+            fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, checks.show(option)))
     if "files" in entry:
         run_record.check_files(where + ".files", entry["files"])
     # Plans written before the record have no "hardware" key; a null one is
@@ -122,10 +122,10 @@ def _check_hardware(where, record):
     gpus = {}
     for i, gpu in enumerate(_list(where + ".gpus", record.get("gpus"), MAX_GPUS_PER_HOST)):
         pair = _list("%s.gpus[%d]" % (where, i), gpu, 2, 2)
-        gpu_id = vc.text("%s.gpus[%d][0]" % (where, i), pair[0], _GPU_ID, _GPU_ID_RULE)
+        gpu_id = checks.text("%s.gpus[%d][0]" % (where, i), pair[0], _GPU_ID, _GPU_ID_RULE)
         index = _index("%s.gpus[%d][1]" % (where, i), pair[1])
         if gpu_id in gpus or (index is not None and index in gpus.values()):
-            vc.fail("%s.gpus[%d]" % (where, i), "must not repeat a GPU id or index", pair)
+            checks.fail("%s.gpus[%d]" % (where, i), "must not repeat a GPU id or index", pair)
         gpus[gpu_id] = index
     nodes = _nodes(where + ".numa_nodes", record.get("numa_nodes"))
     cpus = _cpus(where + ".cpus", record.get("cpus"), allow_empty=True)
@@ -137,10 +137,10 @@ def _check_instance(where, entry, hosts):
     entry = _mapping(where, entry)
     missing = [f for f in contract.INSTANCE_FIELDS if f not in entry]
     if missing:
-        vc.fail(where, "lacks %s (fleet_plan instances carry them; docs/plan.md)" % ", ".join(missing),
+        checks.fail(where, "lacks %s (fleet_plan instances carry them; docs/plan.md)" % ", ".join(missing),
                 sorted(str(k) for k in entry))
     host = _host(where + ".host", entry["host"], hosts)
-    name = vc.text(where + ".name", entry["name"], _NAME, _NAME_RULE)
+    name = checks.text(where + ".name", entry["name"], _NAME, _NAME_RULE)
     _int(where + ".ordinal", entry.get("ordinal", 0), 0, MAX_GPUS_PER_HOST - 1)
     tp_size = _int(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
     pp_size = _int(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
@@ -151,9 +151,9 @@ def _check_instance(where, entry, hosts):
                for i, g in enumerate(_list(where + ".gpu_indices", entry["gpu_indices"], MAX_GPUS_PER_HOST))]
     known = [i for i in indices if i is not None]
     if device == "cpu" and indices:
-        vc.fail(where + ".gpu_indices", "must be [] on a CPU instance (device cpu)", indices)
+        checks.fail(where + ".gpu_indices", "must be [] on a CPU instance (device cpu)", indices)
     if len(indices) != local or len(set(known)) != len(known):
-        vc.fail(where + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs"
+        checks.fail(where + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs"
                 % (" / multinode.nnodes" if multinode else "", local), indices)
     gpus = _check_gpus(where + ".gpus", entry["gpus"], indices)
     binding = _check_binding(where + ".binding", entry["binding"], indices)
@@ -171,9 +171,9 @@ def _check_instance(where, entry, hosts):
         low, high = [_port("%s.dist_port_range[%d]" % (where, i), p)
                      for i, p in enumerate(_list(where + ".dist_port_range", entry["dist_port_range"], 2, 2))]
         if low > high:
-            vc.fail(where + ".dist_port_range", "must be [first, last] with first <= last", [low, high])
+            checks.fail(where + ".dist_port_range", "must be [first, last] with first <= last", [low, high])
     if entry.get("model") is not None:
-        vc.command_word(where + ".model", entry["model"])
+        checks.command_word(where + ".model", entry["model"])
     if entry.get("served_model_name") is not None:
         contract.check_served_name(where + ".served_model_name", entry["served_model_name"])
     for field in ("reason", "worst_link", "memory_policy"):
@@ -191,15 +191,15 @@ def _check_gpus(where, gpus, indices):
     for i, gpu in enumerate(_list(where, gpus, MAX_GPUS_PER_HOST)):
         at = "%s[%d]" % (where, i)
         gpu = _mapping(at, gpu)
-        gpu_id = vc.text(at + ".id", gpu.get("id"), _GPU_ID, _GPU_ID_RULE)
+        gpu_id = checks.text(at + ".id", gpu.get("id"), _GPU_ID, _GPU_ID_RULE)
         for field in ("pci_bus_id", "uuid", "name"):
             _short_text("%s.%s" % (at, field), gpu.get(field), allow_none=True)
         out.append((gpu_id, _index(at + ".index", gpu.get("index"))))
     if [index for dummy, index in out] != indices:
-        vc.fail(where, "must hold one GPU per entry of gpu_indices %s, in that order"
+        checks.fail(where, "must hold one GPU per entry of gpu_indices %s, in that order"
                 % ",".join(str(i) for i in indices), [index for dummy, index in out])
     if len(set(gpu_id for gpu_id, dummy in out)) != len(out):
-        vc.fail(where, "must not repeat a GPU id", [gpu_id for gpu_id, dummy in out])
+        checks.fail(where, "must not repeat a GPU id", [gpu_id for gpu_id, dummy in out])
     return out
 
 
@@ -207,13 +207,13 @@ def _check_binding(where, binding, indices):
     binding = _mapping(where, binding)
     for field in contract.BINDING_FIELDS:
         if field not in binding:
-            vc.fail(where, "lacks %s (needs %s)" % (field, ", ".join(contract.BINDING_FIELDS)), binding)
+            checks.fail(where, "lacks %s (needs %s)" % (field, ", ".join(contract.BINDING_FIELDS)), binding)
     cpus = _cpus(where + ".cpus", binding["cpus"])
     nodes = set(_nodes(where + ".mems", binding["mems"], minimum=1))
-    vc.choice(where + ".policy", binding["policy"], ("bind", "interleave"))
+    checks.choice(where + ".policy", binding["policy"], ("bind", "interleave"))
     if not isinstance(binding["by_node"], bool):
-        vc.fail(where + ".by_node", "must be a boolean", binding["by_node"])
-    mode = vc.choice(where + ".mode", binding.get("mode", "process"), ("process", "per_worker"))
+        checks.fail(where + ".by_node", "must be a boolean", binding["by_node"])
+    mode = checks.choice(where + ".mode", binding.get("mode", "process"), ("process", "per_worker"))
     workers = _list(where + ".workers", binding.get("workers", []), MAX_GPUS_PER_HOST)
     for i, worker in enumerate(workers):
         at = "%s.workers[%d]" % (where, i)
@@ -222,7 +222,7 @@ def _check_binding(where, binding, indices):
         nodes.add(_int(at + ".node", worker.get("node"), 0, MAX_NUMA_NODE))
         cpus |= _cpus(at + ".cpus", worker.get("cpus", ""), allow_empty=True)
     if mode == "per_worker" and [w.get("gpu_index") for w in workers] != indices:
-        vc.fail(where + ".workers", "must hold one entry per GPU in the order of gpu_indices",
+        checks.fail(where + ".workers", "must hold one entry per GPU in the order of gpu_indices",
                 [w.get("gpu_index") for w in workers])
     return {"cpus": cpus, "nodes": nodes}
 
@@ -233,7 +233,7 @@ def _check_stage(where, stage, indices):
                   for i, g in enumerate(_list(where + ".gpu_indices", stage.get("gpu_indices", []),
                                               MAX_GPUS_PER_HOST))]
     if not set(stage_gpus) <= set(indices):
-        vc.fail(where + ".gpu_indices", "must be GPUs of the instance's gpu_indices", stage_gpus)
+        checks.fail(where + ".gpu_indices", "must be GPUs of the instance's gpu_indices", stage_gpus)
     return set(_nodes(where + ".numa_nodes", stage.get("numa_nodes", [])))
 
 
@@ -243,20 +243,20 @@ def _check_multinode_field(where, value, host, pp_size):
     value = _mapping(where, value)
     for field in contract.MULTINODE_FIELDS:
         if field not in value:
-            vc.fail(where, "lacks %s (multi-node entries carry %s)" % (field, ", ".join(contract.MULTINODE_FIELDS)),
+            checks.fail(where, "lacks %s (multi-node entries carry %s)" % (field, ", ".join(contract.MULTINODE_FIELDS)),
                     sorted(str(k) for k in value))
     nnodes = _int(where + ".nnodes", value["nnodes"], 2, 1024)
     rank = _int(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
     hosts = [_host("%s.hosts[%d]" % (where, i), h) for i, h in enumerate(_list(where + ".hosts", value["hosts"], 1024))]
     if len(hosts) != nnodes or len(set(hosts)) != nnodes:
-        vc.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
+        checks.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
     if hosts[rank] != host:
-        vc.fail(where + ".node_rank", "must be this entry's host's place in hosts (%s is rank %d)"
+        checks.fail(where + ".node_rank", "must be this entry's host's place in hosts (%s is rank %d)"
                 % (host, hosts.index(host) if host in hosts else -1), rank)
     if value["head"] != hosts[0]:
-        vc.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
+        checks.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
     if pp_size % nnodes:
-        vc.fail(where + ".nnodes", "must divide pp_size %d" % pp_size, nnodes)
+        checks.fail(where + ".nnodes", "must divide pp_size %d" % pp_size, nnodes)
     master_port = _port(where + ".master_port", value["master_port"])
     for i, nic in enumerate(_list(where + ".nics", value.get("nics", []), MAX_NICS)):
         nic = _mapping("%s.nics[%d]" % (where, i), nic)
@@ -269,12 +269,12 @@ def _check_multinode_field(where, value, host, pp_size):
 def _check_unused(where, entry, hosts, records):
     entry = _mapping(where, entry)
     host = _host(where + ".host", entry.get("host"), hosts)
-    gpu_id = None if entry.get("id") is None else vc.text(where + ".id", entry["id"], _GPU_ID, _GPU_ID_RULE)
+    gpu_id = None if entry.get("id") is None else checks.text(where + ".id", entry["id"], _GPU_ID, _GPU_ID_RULE)
     index = _index(where + ".index", entry.get("index"))
     _short_text(where + ".reason", entry.get("reason"), allow_none=True)
     record = records.get(host)
     if record is not None and gpu_id is not None and (gpu_id not in record["gpus"] or record["gpus"][gpu_id] != index):
-        vc.fail(where, "must be a GPU this host has (its record: %s)" % _show_gpus(record), [gpu_id, index])
+        checks.fail(where, "must be a GPU this host has (its record: %s)" % _show_gpus(record), [gpu_id, index])
 
 
 def _show_gpus(record):
@@ -292,7 +292,7 @@ def _check_per_host(checked, hosts, records):
         count = hosts[host]["gpus"]
         used = sum(len(inst["gpus"]) for inst in entries)
         if used > count:
-            vc.fail("hosts.%s.gpus" % vc.show(host), "must be at least the GPUs its instances use (%d in %d "
+            checks.fail("hosts.%s.gpus" % checks.show(host), "must be at least the GPUs its instances use (%d in %d "
                     "instances)" % (used, len(entries)), count)
         seen = {}
         for inst in entries:
@@ -301,7 +301,7 @@ def _check_per_host(checked, hosts, records):
                 ("CPU instance's NUMA node", n) for n in inst["ranks"]]
             for key in keys:
                 if key in seen:
-                    vc.fail(inst["where"], "must not share %s %s with %s on host %s"
+                    checks.fail(inst["where"], "must not share %s %s with %s on host %s"
                             % (key[0], key[1], seen[key], host), inst["name"])
                 seen[key] = inst["where"]
             if records.get(host) is not None:
@@ -312,15 +312,15 @@ def _check_against_record(inst, record):
     where = inst["where"]
     for gpu_id, index in inst["gpus"]:
         if record["gpus"].get(gpu_id) != index:
-            vc.fail(where + ".gpus", "must be GPUs this host has (its record: %s)" % _show_gpus(record),
+            checks.fail(where + ".gpus", "must be GPUs this host has (its record: %s)" % _show_gpus(record),
                     [gpu_id, index])
     outside = sorted(inst["nodes"] - record["numa_nodes"])
     if outside:
-        vc.fail(where + ".binding.mems", "must be NUMA nodes this host has (%s)"
+        checks.fail(where + ".binding.mems", "must be NUMA nodes this host has (%s)"
                 % ", ".join(str(n) for n in sorted(record["numa_nodes"])), outside)
     outside = inst["cpus"] - record["cpus"]
     if outside:
-        vc.fail(where + ".binding.cpus", "must be CPUs this host has (%s)" % format_cpulist(record["cpus"]),
+        checks.fail(where + ".binding.cpus", "must be CPUs this host has (%s)" % format_cpulist(record["cpus"]),
                 format_cpulist(outside))
 
 
@@ -334,13 +334,13 @@ def _check_multinode(checked):
         first = entries[0]
         on = sorted(inst["host"] for inst in entries)
         if on != sorted(hosts):
-            vc.fail(first["where"] + ".multinode.hosts", "must each hold one entry of instance %s (entries on: %s)"
+            checks.fail(first["where"] + ".multinode.hosts", "must each hold one entry of instance %s (entries on: %s)"
                     % (name, ", ".join(on)), list(hosts))
         for inst in entries[1:]:
             for field in ("tp_size", "pp_size", "serves", "device"):
                 if inst[field] != first[field]:
-                    vc.fail(inst["where"] + "." + field, "must be the same on every host of multi-node instance "
-                            "%s (%s has %s)" % (name, first["where"], vc.show(first[field])), inst[field])
+                    checks.fail(inst["where"] + "." + field, "must be the same on every host of multi-node instance "
+                            "%s (%s has %s)" % (name, first["where"], checks.show(first[field])), inst[field])
             if inst["multinode"]["master_port"] != first["multinode"]["master_port"]:
-                vc.fail(inst["where"] + ".multinode.master_port", "must be the same on every host of multi-node "
+                checks.fail(inst["where"] + ".multinode.master_port", "must be the same on every host of multi-node "
                         "instance %s" % name, inst["multinode"]["master_port"])

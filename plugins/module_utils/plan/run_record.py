@@ -10,9 +10,9 @@ input). Pure functions, standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan.check_values import known_fields
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.record_values import known_fields
 
 RUN_FIELDS = ("engine", "unit", "unit_sha1")
 # Where a host's units and option files are (hosts[HOST].files): taking the
@@ -29,20 +29,20 @@ _RULES = {
 def check_run(where, value):
     """The `deployed` field of a kept instance: a mapping of RUN_FIELDS only."""
     if not isinstance(value, dict):
-        vc.fail(where, "must be a mapping {engine, unit, unit_sha1}", value)
+        checks.fail(where, "must be a mapping {engine, unit, unit_sha1}", value)
     known_fields(where, value, RUN_FIELDS)
     for field in RUN_FIELDS:
         if field in value:
             pattern, rule = _RULES[field]
-            vc.text("%s.%s" % (where, field), value[field], pattern, rule)
+            checks.text("%s.%s" % (where, field), value[field], pattern, rule)
     return value
 
 
 def check_files(where, value):
     """hosts[HOST].files: {unit_dir, config_dir, unit_prefix}, all three."""
     if not isinstance(value, dict) or sorted(value) != sorted(FILE_FIELDS):
-        vc.fail(where, "must be a mapping of exactly %s" % ", ".join(FILE_FIELDS), value)
+        checks.fail(where, "must be a mapping of exactly %s" % ", ".join(FILE_FIELDS), value)
     for field in ("unit_dir", "config_dir"):
-        vc.absolute_path("%s.%s" % (where, field), value[field])
+        checks.absolute_path("%s.%s" % (where, field), value[field])
     names.unit_prefix(where + ".unit_prefix", value["unit_prefix"])
     return value

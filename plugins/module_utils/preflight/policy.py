@@ -17,7 +17,7 @@ finding of every host once. Pure functions, standard library only
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import findings as findings_module
 
 VARIABLE = "gpufleet_preflight"
@@ -29,7 +29,7 @@ UNRECORDED = findings_module.RECORDED
 
 def check_policy(value):
     """gpufleet_preflight, checked (fail, warn or off)."""
-    return vc.choice(VARIABLE, DEFAULT if value is None else value, POLICIES)
+    return checks.choice(VARIABLE, DEFAULT if value is None else value, POLICIES)
 
 
 def refusals(findings, policies):
@@ -71,4 +71,4 @@ def report_lines(findings, refused=None):
     for host in sorted(refused or {}):
         lines.append("%s: refused, keeps its recorded instances" % host)
     # What a host read (a unit's output, a path) is printed, never obeyed by the terminal.
-    return [vc.printable(line) for line in lines] or ["no finding"]
+    return [checks.printable(line) for line in lines] or ["no finding"]

@@ -31,7 +31,7 @@ import os
 import socket
 import time
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 LOCK_SUFFIX = ".lock"
 # A holder entry is a few hundred bytes; more is not a lock this code wrote.
@@ -84,7 +84,7 @@ def _command(pid):
     words = [w for w in _read_text("/proc/%d/cmdline" % pid).split("\0") if w]
     if len(words) > 1 and os.path.basename(words[0]).startswith("python"):
         words = words[1:]  # ansible-playbook's interpreter says nothing about the run
-    return vc.printable(" ".join(words))[:300]
+    return checks.printable(" ".join(words))[:300]
 
 
 def _user():
@@ -119,8 +119,8 @@ def is_dead(holder, me):
 
 def describe(holder):
     return "%s@%s pid %s (%s), since %s" % (
-        vc.printable(str(holder.get("user"))), vc.printable(str(holder.get("host"))), holder.get("pid"),
-        vc.printable(str(holder.get("command") or "?"))[:300], vc.printable(str(holder.get("since"))))
+        checks.printable(str(holder.get("user"))), checks.printable(str(holder.get("host"))), holder.get("pid"),
+        checks.printable(str(holder.get("command") or "?"))[:300], checks.printable(str(holder.get("since"))))
 
 
 def _parse(text, path):
@@ -174,7 +174,7 @@ class _Locked(object):
 
 
 def check_timeout(name, value):
-    return vc.integer(name, value, 0, MAX_TIMEOUT)
+    return checks.integer(name, value, 0, MAX_TIMEOUT)
 
 
 def acquire(record_path, revision_of, timeout=0, me=None, clock=time.monotonic, sleep=time.sleep, waiting=None):

@@ -28,7 +28,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "gateway"
@@ -660,7 +660,7 @@ log_targets = st.one_of(
     st.builds(lambda a, p: "%s:%d" % (a, p), st.ip_addresses(v=4).map(str), st.integers(1, 65535)),
     st.builds(lambda a, p: "[%s]:%d" % (a, p), st.ip_addresses(v=6).map(str), st.integers(1, 65535)),
 )
-backend_addresses = st.one_of(ips.filter(lambda a: value_checks.address_scope(a) != "unspecified"
+backend_addresses = st.one_of(ips.filter(lambda a: checks.address_scope(a) != "unspecified"
                                          and socket(a, 8000) != "10.20.0.11:8001"),
                               st.just("localhost"))
 

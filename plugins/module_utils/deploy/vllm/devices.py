@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections import namedtuple
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_checks
 
 # visible: the variables that name the instance's devices (the audit reads
@@ -84,7 +84,7 @@ def row(name):
 
 def instance_device(where, instance):
     """An instance's device class; a kept plan entry without one is nvidia (plans from before)."""
-    return vc.choice(where + ".device", instance.get("device", "nvidia"), tuple(CLASSES))
+    return checks.choice(where + ".device", instance.get("device", "nvidia"), tuple(CLASSES))
 
 
 def host_device(instances):
@@ -121,7 +121,7 @@ def check_device_variables(v, out):
         engine_checks.check_option(key, engine)
     for key in out["vllm_environment"]:
         if key in device.reserved:
-            vc.fail("vllm_environment key", "must not set what the role sets on %s hosts (%s)"
+            checks.fail("vllm_environment key", "must not set what the role sets on %s hosts (%s)"
                     % (device.name, ", ".join(device.reserved)), key)
     return {"engine": engine, "vllm_cpu_kvcache_space": kvcache_space(_role_value(v, "vllm_cpu_kvcache_space"))}
 
@@ -151,13 +151,13 @@ def _engine(device, v, out):
 
 def check_engine_variables(v):
     """vllm_cpu_version, vllm_package and vllm_pip_find_links, checked."""
-    version = vc.text("vllm_cpu_version", _role_value(v, "vllm_cpu_version"), r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}",
+    version = checks.text("vllm_cpu_version", _role_value(v, "vllm_cpu_version"), r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}",
                       "must be a version of [0-9A-Za-z.+!_-]")
-    package = vc.text("vllm_package", _role_value(v, "vllm_package"), _REQUIREMENT,
+    package = checks.text("vllm_package", _role_value(v, "vllm_package"), _REQUIREMENT,
                       "must be a pip requirement name==version of [A-Za-z0-9._-]", allow_empty=True)
     links = _role_value(v, "vllm_pip_find_links")
     if links != "" and not (isinstance(links, str) and re.match(_FIND_LINKS_URL + r"\Z", links)):
-        vc.absolute_path("vllm_pip_find_links", links)
+        checks.absolute_path("vllm_pip_find_links", links)
     return {"vllm_cpu_version": version, "vllm_package": package, "vllm_pip_find_links": links}
 
 
@@ -168,14 +168,14 @@ def kvcache_space(value):
         match = re.match(_KVCACHE_PERCENT + r"\Z", value.strip())
         percent = int(match.group(1)) if match else None
         if percent is None or not KVCACHE_PERCENT_RANGE[0] <= percent <= KVCACHE_PERCENT_RANGE[1]:
-            vc.fail(name, "must be a percentage %d%%-%d%% of each rank's node memory or an integer (GiB per rank)"
+            checks.fail(name, "must be a percentage %d%%-%d%% of each rank's node memory or an integer (GiB per rank)"
                     % KVCACHE_PERCENT_RANGE, value)
         return ["percent", percent]
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
-        vc.fail(name, "must be an integer (GiB per rank) or a percentage such as 25%", value)
-    return ["gib", vc.integer(name, value, *KVCACHE_GIB_RANGE)]
+        checks.fail(name, "must be an integer (GiB per rank) or a percentage such as 25%", value)
+    return ["gib", checks.integer(name, value, *KVCACHE_GIB_RANGE)]
 
 
 def _role_value(v, name):
@@ -213,7 +213,7 @@ def kvcache_gib(inst, space):
         return amount
     unknown = [rank["node"] for rank in inst["ranks"] if rank["memory_mb"] is None]
     if unknown:
-        vc.fail("vllm_cpu_kvcache_space", "is a percentage of each rank's node memory, which the plan does not "
+        checks.fail("vllm_cpu_kvcache_space", "is a percentage of each rank's node memory, which the plan does not "
                 "know for instance %s (NUMA node %s, binding.ranks memory_mb null): set an integer (GiB per rank)"
                 % (inst["name"], ",".join(str(n) for n in unknown)), "%d%%" % amount)
     return max(1, min(rank["memory_mb"] for rank in inst["ranks"]) * amount // 100 // 1024)

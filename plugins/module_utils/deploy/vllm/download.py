@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 
 # A Hugging Face Hub repository id (huggingface_hub's validate_repo_id):
@@ -74,7 +74,7 @@ def download_plan(v, existing):
         plan["reason"] = "the model is a local path"
         return plan
     if source == "other":
-        vc.fail("vllm_model", "must be a Hugging Face repository id (ORG/NAME) or an absolute path while "
+        checks.fail("vllm_model", "must be a Hugging Face repository id (ORG/NAME) or an absolute path while "
                 "vllm_download_weights is true (set it false to pass the model to vLLM as it is)", model)
     prefix = plan["snapshots"] + "/"
     cached = sorted(path for path, entry in (existing or {}).items()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_options, engine_options_cpu
 
 # The oldest vLLM whose `vllm serve` takes every option a unit passes:
@@ -47,7 +47,7 @@ def check_version(version, variable="vllm_version"):
     """The installed engine's version (a checked version string, from VARIABLE), not older than OLDEST_VLLM."""
     found = release(version)
     if found is not None and found < OLDEST_VLLM:
-        vc.fail(variable, "must be %d.%d or newer (the units pass --shutdown-timeout, which older vLLM "
+        checks.fail(variable, "must be %d.%d or newer (the units pass --shutdown-timeout, which older vLLM "
                 "refuses at start)" % OLDEST_VLLM, version)
     return version
 
@@ -62,7 +62,7 @@ def check_option(key, engine):
     option = key.replace("_", "-")
     if option not in known.OPTIONS:
         near = difflib.get_close_matches(option, sorted(known.OPTIONS), n=1, cutoff=0.6)
-        vc.fail("vllm_extra_args key", "is no option of %s%s" % (
+        checks.fail("vllm_extra_args key", "is no option of %s%s" % (
             known.ENGINE, " (did you mean %s?)" % near[0] if near else ""), key)
     return key
 
@@ -75,7 +75,7 @@ def check_unreserved(key, reserved):
     option = key.replace("_", "-")
     hit = [name for name in reserved if name.startswith(option)]
     if hit:
-        vc.fail("vllm_extra_args key", "must not set options the unit sets itself (%s), nor a prefix of one, "
+        checks.fail("vllm_extra_args key", "must not set options the unit sets itself (%s), nor a prefix of one, "
                 "which vLLM's parser reads as that option (here %s)" % (", ".join(reserved), ", ".join(hit)), key)
     return key
 
@@ -100,5 +100,5 @@ def check_words(key, value):
     ['--headless'] drop its API server. A negative integer stays a value."""
     for name, word in loader_words(key, value):
         if word and not re.fullmatch(_NEGATIVE_INTEGER, word):
-            vc.command_word(name, word)
+            checks.command_word(name, word)
     return value

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
@@ -40,18 +40,18 @@ def check_instance(index, instance):
     """One plan instance (docs/plan.md), checked; returns the fields the unit uses."""
     where = "vllm_instances[%d]" % index
     if not isinstance(instance, dict):
-        vc.fail(where, "must be a plan instance (a mapping)", instance)
+        checks.fail(where, "must be a plan instance (a mapping)", instance)
     label = "%s (%s)" % (where, instance.get("name")) if isinstance(instance.get("name"), str) else where
     missing = [f for f in ("name", "tp_size", "pp_size", "gpu_indices", "binding", "port", "dist_port")
                if f not in instance]
     if missing:
         raise ValueError("%s: lacks %s (fleet_plan instances carry them; docs/plan.md)"
                          % (label, ", ".join(missing)))
-    name = vc.text(where + ".name", instance["name"], _NAME, "must be [A-Za-z0-9_.-], starting with a letter or digit")
+    name = checks.text(where + ".name", instance["name"], _NAME, "must be [A-Za-z0-9_.-], starting with a letter or digit")
     device = devices.instance_device(label, instance)
-    tp_size = vc.integer(label + ".tp_size", instance["tp_size"], 1, 1024)
-    pp_size = vc.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
-    gpus = [vc.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
+    tp_size = checks.integer(label + ".tp_size", instance["tp_size"], 1, 1024)
+    pp_size = checks.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
+    gpus = [checks.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
             for i, g in enumerate(as_list(label + ".gpu_indices", instance["gpu_indices"]))]
     if device == "cpu":
         _check_cpu_shape(label, pp_size, instance.get("multinode"), gpus)
@@ -59,30 +59,30 @@ def check_instance(index, instance):
     nnodes = multinode["nnodes"] if multinode else 1
     local = contract.share(tp_size, pp_size, nnodes).gpus if device != "cpu" else 0
     if len(gpus) != local or len(set(gpus)) != len(gpus):
-        vc.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
+        checks.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
                 % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
     binding = mapping(label + ".binding", instance["binding"])
     for field in ("cpus", "mems", "policy", "by_node"):
         if field not in binding:
-            vc.fail(label + ".binding", "lacks %s (needs cpus, mems, policy, by_node)" % field, binding)
-    cpus = vc.text(label + ".binding.cpus", binding["cpus"], _CPULIST, "must be a cpulist such as 0-47,96-143")
+            checks.fail(label + ".binding", "lacks %s (needs cpus, mems, policy, by_node)" % field, binding)
+    cpus = checks.text(label + ".binding.cpus", binding["cpus"], _CPULIST, "must be a cpulist such as 0-47,96-143")
     try:
         parse_cpulist(cpus)
     except ValueError as exc:
-        vc.fail(label + ".binding.cpus", str(exc), cpus)
-    mems = [vc.integer("%s.binding.mems[%d]" % (label, i), m, 0, 4095)
+        checks.fail(label + ".binding.cpus", str(exc), cpus)
+    mems = [checks.integer("%s.binding.mems[%d]" % (label, i), m, 0, 4095)
             for i, m in enumerate(as_list(label + ".binding.mems", binding["mems"]))]
     if not mems or mems != sorted(set(mems)):
-        vc.fail(label + ".binding.mems", "must be a non-empty sorted list of distinct NUMA nodes", mems)
-    policy = vc.choice(label + ".binding.policy", binding["policy"], ("bind", "interleave"))
+        checks.fail(label + ".binding.mems", "must be a non-empty sorted list of distinct NUMA nodes", mems)
+    policy = checks.choice(label + ".binding.policy", binding["policy"], ("bind", "interleave"))
     if not isinstance(binding["by_node"], bool):
-        vc.fail(label + ".binding.by_node", "must be a boolean", binding["by_node"])
+        checks.fail(label + ".binding.by_node", "must be a boolean", binding["by_node"])
     # Plans kept from before per-worker binding have no mode: they bind by process.
-    mode = vc.choice(label + ".binding.mode", binding.get("mode", "process"), ("process", "per_worker"))
+    mode = checks.choice(label + ".binding.mode", binding.get("mode", "process"), ("process", "per_worker"))
     workers = _workers(label, binding, gpus, cpus) if mode == "per_worker" else []
     ranks = _ranks(label, binding, tp_size, cpus, mems, mode) if device == "cpu" else []
-    port = vc.port(label + ".port", instance["port"])
-    dist_port = vc.port(label + ".dist_port", instance["dist_port"])
+    port = checks.port(label + ".port", instance["port"])
+    dist_port = checks.port(label + ".dist_port", instance["dist_port"])
     reason = instance.get("reason", "")
     # The plan's own words, shown in a comment: one line, no continuation.
     reason = re.sub(r"[\x00-\x1f\x7f]+", " ", str(reason)).rstrip("\\ ")
@@ -100,21 +100,21 @@ def _multinode(label, value, pp_size):
     value = mapping(where, value)
     for field in ("nnodes", "node_rank", "head", "hosts", "master_port"):
         if field not in value:
-            vc.fail(where, "lacks %s (fleet_plan's multi-node instances carry nnodes, node_rank, head, hosts, "
+            checks.fail(where, "lacks %s (fleet_plan's multi-node instances carry nnodes, node_rank, head, hosts, "
                     "master_port)" % field, value)
-    nnodes = vc.integer(where + ".nnodes", value["nnodes"], 2, 1024)
-    rank = vc.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
+    nnodes = checks.integer(where + ".nnodes", value["nnodes"], 2, 1024)
+    rank = checks.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
     hosts = [names.inventory_host("%s.hosts[%d]" % (where, i), h)
              for i, h in enumerate(as_list(where + ".hosts", value["hosts"]))]
     if len(hosts) != nnodes or len(set(hosts)) != nnodes:
-        vc.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
+        checks.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
     if value["head"] != hosts[0]:
-        vc.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
+        checks.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
     if pp_size % nnodes:
-        vc.fail(where + ".nnodes", "must divide pp_size %d (each host runs pp_size / nnodes stages)" % pp_size,
+        checks.fail(where + ".nnodes", "must divide pp_size %d (each host runs pp_size / nnodes stages)" % pp_size,
                 nnodes)
     return {"nnodes": nnodes, "node_rank": rank, "head": hosts[0], "hosts": hosts,
-            "master_port": vc.port(where + ".master_port", value["master_port"])}
+            "master_port": checks.port(where + ".master_port", value["master_port"])}
 
 
 def _workers(label, binding, gpus, cpus):
@@ -125,22 +125,22 @@ def _workers(label, binding, gpus, cpus):
     where = label + ".binding.workers"
     workers = [mapping("%s[%d]" % (where, i), w) for i, w in enumerate(as_list(where, binding.get("workers", [])))]
     if [w.get("gpu_index") for w in workers] != gpus:
-        vc.fail(where, "must hold one entry per GPU in the order of gpu_indices %s" % join_values(gpus),
+        checks.fail(where, "must hold one entry per GPU in the order of gpu_indices %s" % join_values(gpus),
                 workers)
     allowed = set(parse_cpulist(cpus))
     out = []
     for i, worker in enumerate(workers):
-        node = vc.integer("%s[%d].node" % (where, i), worker.get("node"), 0, 4095)
+        node = checks.integer("%s[%d].node" % (where, i), worker.get("node"), 0, 4095)
         worker_cpus = ""
         if not binding["by_node"]:
-            worker_cpus = vc.text("%s[%d].cpus" % (where, i), worker.get("cpus"), _CPULIST,
+            worker_cpus = checks.text("%s[%d].cpus" % (where, i), worker.get("cpus"), _CPULIST,
                                   "must be a cpulist such as 0-47,96-143")
             try:
                 outside = set(parse_cpulist(worker_cpus)) - allowed
             except ValueError as exc:
-                vc.fail("%s[%d].cpus" % (where, i), str(exc), worker_cpus)
+                checks.fail("%s[%d].cpus" % (where, i), str(exc), worker_cpus)
             if outside:
-                vc.fail("%s[%d].cpus" % (where, i), "must lie inside binding.cpus %s (numactl refuses a worker's "
+                checks.fail("%s[%d].cpus" % (where, i), "must lie inside binding.cpus %s (numactl refuses a worker's "
                         "CPUs outside its parent's)" % cpus, worker_cpus)
         out.append({"node": node, "cpus": worker_cpus})
     return out
@@ -149,12 +149,12 @@ def _workers(label, binding, gpus, cpus):
 def _check_cpu_shape(label, pp_size, multinode, gpus):
     """A CPU instance runs tensor parallel over ranks on this host alone."""
     if pp_size != 1:
-        vc.fail(label + ".pp_size", "must be 1 on a CPU instance (device cpu: tensor parallel over ranks only)",
+        checks.fail(label + ".pp_size", "must be 1 on a CPU instance (device cpu: tensor parallel over ranks only)",
                 pp_size)
     if multinode is not None:
-        vc.fail(label + ".multinode", "must be absent on a CPU instance (device cpu: never multi-node)", multinode)
+        checks.fail(label + ".multinode", "must be absent on a CPU instance (device cpu: never multi-node)", multinode)
     if gpus:
-        vc.fail(label + ".gpu_indices", "must be empty on a CPU instance (device cpu)", gpus)
+        checks.fail(label + ".gpu_indices", "must be empty on a CPU instance (device cpu)", gpus)
 
 
 def _ranks(label, binding, tp_size, cpus, mems, mode):
@@ -163,30 +163,30 @@ def _ranks(label, binding, tp_size, cpus, mems, mode):
     binding.mems (vLLM binds each rank's OpenMP threads to its CPUs)."""
     where = label + ".binding.ranks"
     if mode != "process":
-        vc.fail(label + ".binding.mode", "must be process on a CPU instance (its ranks are bound by "
+        checks.fail(label + ".binding.mode", "must be process on a CPU instance (its ranks are bound by "
                 "VLLM_CPU_OMP_THREADS_BIND)", mode)
     ranks = [mapping("%s[%d]" % (where, i), r) for i, r in enumerate(as_list(where, binding.get("ranks", [])))]
     if len(ranks) != tp_size:
-        vc.fail(where, "must hold tp_size (%d) ranks, one per NUMA node (got %d)" % (tp_size, len(ranks)), ranks)
+        checks.fail(where, "must hold tp_size (%d) ranks, one per NUMA node (got %d)" % (tp_size, len(ranks)), ranks)
     allowed = set(parse_cpulist(cpus))
     out = []
     for i, rank in enumerate(ranks):
         at = "%s[%d]" % (where, i)
-        node = vc.integer(at + ".node", rank.get("node"), 0, 4095)
+        node = checks.integer(at + ".node", rank.get("node"), 0, 4095)
         if node not in mems:
-            vc.fail(at + ".node", "must be one of binding.mems %s" % join_values(mems), node)
-        rank_cpus = vc.text(at + ".cpus", rank.get("cpus"), _CPULIST, "must be a cpulist such as 0-47,96-143")
+            checks.fail(at + ".node", "must be one of binding.mems %s" % join_values(mems), node)
+        rank_cpus = checks.text(at + ".cpus", rank.get("cpus"), _CPULIST, "must be a cpulist such as 0-47,96-143")
         try:
             outside = set(parse_cpulist(rank_cpus)) - allowed
         except ValueError as exc:
-            vc.fail(at + ".cpus", str(exc), rank_cpus)
+            checks.fail(at + ".cpus", str(exc), rank_cpus)
         if outside:
-            vc.fail(at + ".cpus", "must lie inside binding.cpus %s" % cpus, rank_cpus)
+            checks.fail(at + ".cpus", "must lie inside binding.cpus %s" % cpus, rank_cpus)
         if "memory_mb" not in rank:
-            vc.fail(at, "lacks memory_mb (the node's memory in MB, null when unknown)", rank)
+            checks.fail(at, "lacks memory_mb (the node's memory in MB, null when unknown)", rank)
         memory = rank["memory_mb"]
         if memory is not None:
-            memory = vc.integer(at + ".memory_mb", memory, 1, 10 ** 12)
+            memory = checks.integer(at + ".memory_mb", memory, 1, 10 ** 12)
         out.append({"node": node, "cpus": rank_cpus, "memory_mb": memory})
     return out
 
@@ -220,7 +220,7 @@ def check_per_worker(instances, v):
             % (engine["variable"], engine["version"], PER_WORKER_SINCE[0], PER_WORKER_SINCE[1], ", ".join(per_worker)))
     method = v["vllm_environment"].get("VLLM_WORKER_MULTIPROC_METHOD")
     if method is not None and method != "spawn":
-        vc.fail("vllm_environment.VLLM_WORKER_MULTIPROC_METHOD", "must be spawn (or unset) while the plan binds "
+        checks.fail("vllm_environment.VLLM_WORKER_MULTIPROC_METHOD", "must be spawn (or unset) while the plan binds "
                 "workers per node (%s): vLLM binds a worker by spawning it through numactl"
                 % ", ".join(per_worker), method)
 
@@ -242,7 +242,7 @@ def check_multinode(instances, v, host):
             raise ValueError("vllm_node_addresses: lacks the head %s of %s: set gpufleet_node_address (or a "
                              "concrete vllm_listen_host) for it, the address its ranks reach it at"
                              % (multinode["head"], label))
-        address = vc.address("vllm_node_addresses.%s" % multinode["head"], address)
+        address = checks.address("vllm_node_addresses.%s" % multinode["head"], address)
         problem = _master_address_problem(address, v["vllm_allow_loopback_master"])
         if problem:
             raise ValueError(
@@ -265,7 +265,7 @@ def check_multinode(instances, v, host):
 def _master_address_problem(address, allow_loopback):
     """Why `address` cannot be a multi-node head's --master-addr, or ''.
     Unspecified addresses (0.0.0.0, ::, ::ffff:0.0.0.0) never can (numeric
-    shorthands such as "0" or "127.1" value_checks.address refuses); loopback (127.0.0.0/8, ::1, localhost) only where every host of the
+    shorthands such as "0" or "127.1" checks.address refuses); loopback (127.0.0.0/8, ::1, localhost) only where every host of the
     instance is this machine, which the caller says (vllm_allow_loopback_master)."""
     try:
         ip = ipaddress.ip_address(address)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import command
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as role_variables
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_values, run_record
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import record_values
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import run_record
 
 
 def removal_variables(variables):
@@ -46,10 +47,10 @@ def removal_variables(variables):
         if field == "unit_prefix":
             out[name] = names.unit_prefix(where, value)
         else:
-            out[name] = os.path.normpath(vc.absolute_path(where, value))
+            out[name] = os.path.normpath(checks.absolute_path(where, value))
     out["recorded_units"] = recorded_units(v.get("recorded_instances") or [], out["vllm_unit_prefix"])
     limit = role_variables.INTEGERS["vllm_drain_timeout"]
-    out["vllm_drain_timeout"] = vc.integer("vllm_drain_timeout", role_variables.role_value(v, "vllm_drain_timeout"),
+    out["vllm_drain_timeout"] = checks.integer("vllm_drain_timeout", role_variables.role_value(v, "vllm_drain_timeout"),
                                            limit.minimum, limit.maximum)
     out["vllm_gateways"], out["vllm_gateway_backends"] = role_variables.gateways(
         role_variables.role_value(v, "vllm_gateways"), role_variables.role_value(v, "vllm_gateway_backends"))
@@ -63,8 +64,8 @@ _RECORDED = (("unit_dir", "vllm_unit_dir"), ("config_dir", "vllm_config_dir"), (
 def recorded_units(instances, prefix):
     """The unit names of the instances the kept plan records on the host."""
     if not isinstance(instances, list):
-        vc.fail("vllm_remove_instances", "must be the list of the host's recorded instance names", instances)
-    instance_names = [vc.text("vllm_remove_instances[%d]" % i, name, check_values.NAME, check_values.NAME_RULE)
+        checks.fail("vllm_remove_instances", "must be the list of the host's recorded instance names", instances)
+    instance_names = [checks.text("vllm_remove_instances[%d]" % i, name, record_values.NAME, record_values.NAME_RULE)
                       for i, name in enumerate(instances)]
     return sorted("%s%s.service" % (prefix, name) for name in instance_names)
 
@@ -99,7 +100,7 @@ def retiring_units(stale, v, host):
         name = instance_of_unit(path, v["vllm_unit_prefix"])
         # Only a gpufleet-* unit of an instance name is ever the role's.
         if name is None or not v["vllm_unit_prefix"].startswith(names.UNIT_PREFIX_START) \
-                or not re.fullmatch(check_values.NAME, name):
+                or not re.fullmatch(record_values.NAME, name):
             continue
         out.append({"path": path, "unit": path.rsplit("/", 1)[-1], "instance": name,
                     "drain": command.drain_targets(name, v, host)})

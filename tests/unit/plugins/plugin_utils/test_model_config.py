@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.numa.plugins.filter import preflight as preflight_filter
+from ansible_collections.gpufleet.numa.plugins.filter import variable_check
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import model_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -75,7 +75,7 @@ def test_the_fleet_check_names_the_deep_config_for_each_of_its_hosts(tmp_path, m
     model.mkdir()
     (model / "config.json").write_text(DEEP)
     hostvars = {"gpu-a": {"vllm_model": str(model)}, "gpu-b": {"vllm_model": str(model)}, "gpu-c": {}}
-    errors = preflight_filter.preflight_errors(hostvars, ["gpu-a", "gpu-b", "gpu-c"])
+    errors = variable_check.variable_errors(hostvars, ["gpu-a", "gpu-b", "gpu-c"])
     named = [e for e in errors if "config.json" in e]
     assert named == ["%s: vllm_model: %s/config.json nests lists or objects deeper than 32 levels: not read"
                      % (host, model) for host in ("gpu-a", "gpu-b")]
@@ -89,7 +89,7 @@ def test_the_fleet_check_does_not_follow_a_ref_out_of_the_cache(tmp_path, monkey
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "config.json").write_text('{"num_attention_heads": 3}')
     monkeypatch.setenv("HF_HUB_CACHE", environ["HF_HUB_CACHE"])
-    errors = preflight_filter.preflight_errors({"gpu-a": {"vllm_model": "org/tiny", "gpufleet_tp_size": 2}}, ["gpu-a"])
+    errors = variable_check.variable_errors({"gpu-a": {"vllm_model": "org/tiny", "gpufleet_tp_size": 2}}, ["gpu-a"])
     ref_file = tmp_path / "hub" / "models--org--tiny" / "refs" / "main"
     assert [e for e in errors if "org/tiny" in e or "refs" in e or "attention" in e] == [
         "gpu-a: vllm_model: %s must hold a commit hash, 40 hex digits (got '../../../outside')" % ref_file]

@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import rollout_batch
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import VARIABLES
@@ -357,7 +357,7 @@ def test_rollout_batch_refuses_what_serial_misreads(value):
 
 @pytest.mark.parametrize("value,canonical", [(1, 1), ("3", 3), ("1%", "1%"), ("100%", "100%"), (500, 500)])
 def test_rollout_batch_takes_counts_and_percentages(value, canonical):
-    assert rollout_batch(value) == canonical == value_checks.batch_size("x", value)
+    assert rollout_batch(value) == canonical == checks.batch_size("x", value)
 
 
 def test_a_key_twice_in_one_object_is_refused(kept):

@@ -1,35 +1,35 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters preflight_errors (every variable of the fleet checked before
+"""Filters variable_errors (every variable of the fleet checked before
 anything changes) and listener_clashes (gateways listening where the
-proposal's instances serve); module_utils/plan/preflight.py."""
+proposal's instances serve); module_utils/fleet/variable_check.py."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import variable_check
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import model_config
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import inventory_variables
 
 
-def preflight_errors(hostvars, gpu_hosts, gateway_hosts=()):
+def variable_errors(hostvars, gpu_hosts, gateway_hosts=()):
     """Every error of the fleet's variables, one string each ([] when none)."""
     if not hasattr(hostvars, "keys"):
-        raise AnsibleFilterError("gpufleet.numa.preflight_errors expects hostvars")
+        raise AnsibleFilterError("gpufleet.numa.variable_errors expects hostvars")
     errors = []
     gpu = dict((str(h), inventory_variables(hostvars, h, errors)) for h in gpu_hosts or [])
     gateways = dict((str(h), inventory_variables(hostvars, h, errors)) for h in gateway_hosts or [])
     configs, problems = model_config.model_configs(v.get("vllm_model") for v in gpu.values())
     try:
-        errors.extend(preflight.check_fleet(
+        errors.extend(variable_check.check_fleet(
             gpu, gateways, role_files.spec_names(), role_files.defaults("vllm"), role_files.defaults("gateway"),
             extra_vars=role_files.extra_var_names(), model_configs=configs))
     except (OSError, ValueError) as exc:
-        raise AnsibleFilterError("gpufleet.numa.preflight_errors: %s" % exc)
+        raise AnsibleFilterError("gpufleet.numa.variable_errors: %s" % exc)
     # A config.json that is there but unreadable is each of its hosts' error.
     for host, variables in sorted(gpu.items()):
         model = variables.get("vllm_model")
@@ -52,7 +52,7 @@ def listener_clashes(backends, hostvars, gateway_hosts=()):
         host = backend["host"]
         if host not in listen:
             own = inventory_variables(hostvars, host, errors) if host in hostvars else {}
-            listen[host] = str(preflight.role_variables(vllm_defaults, own, {})["vllm_listen_host"])
+            listen[host] = str(variable_check.role_variables(vllm_defaults, own, {})["vllm_listen_host"])
         instances.append(dict(backend, listen=listen[host]))
     gateways = {}
     for host in gateway_hosts or []:
@@ -61,9 +61,9 @@ def listener_clashes(backends, hostvars, gateway_hosts=()):
                      ("gateway_stats_address", merged["gateway_stats_address"], merged["gateway_stats_port"]),
                      ("gateway_metrics_address", merged["gateway_metrics_address"], merged["gateway_metrics_port"])]
         gateways[str(host)] = [(name, str(address), int(port)) for name, address, port in listeners if int(port)]
-    return errors + preflight.listener_clashes(instances, gateways)
+    return errors + variable_check.listener_clashes(instances, gateways)
 
 
 class FilterModule(object):
     def filters(self):
-        return {"preflight_errors": preflight_errors, "listener_clashes": listener_clashes}
+        return {"variable_errors": variable_errors, "listener_clashes": listener_clashes}

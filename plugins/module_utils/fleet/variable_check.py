@@ -21,7 +21,7 @@ import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import settings as bandwidth_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as value_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as vllm_variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules as metrics_rules
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
@@ -241,7 +241,7 @@ def _positive(value):
 # files the run writes at its end cannot fail on them (docs/metrics.md).
 PLAYBOOK_CHECKS = (
     ("gpufleet_alert_down_for", metrics_rules.duration),
-    ("gpufleet_node_exporter_port", value_checks.port),
+    ("gpufleet_node_exporter_port", checks.port),
     ("gpufleet_lock_timeout", state_lock.check_timeout),
 )
 

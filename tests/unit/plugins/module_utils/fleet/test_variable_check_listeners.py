@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""plan/preflight.listener_clashes: a gateway listener on an instance's address:port."""
+"""plan/variable_check.listener_clashes: a gateway listener on an instance's address:port."""
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import variable_check
 
 INSTANCES = [
     {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.0.0.11", "listen": "10.0.0.11", "port": 8000},
@@ -13,7 +13,7 @@ INSTANCES = [
 
 
 def clashes(gateways):
-    return preflight.listener_clashes(INSTANCES, gateways)
+    return variable_check.listener_clashes(INSTANCES, gateways)
 
 
 def test_a_gateway_elsewhere_on_other_ports_is_fine():

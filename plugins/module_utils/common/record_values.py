@@ -1,14 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""The value checks of the kept plan (plan/check.py, plan/check_device.py):
+"""The value rules of the kept plan, the state of record (plan/check.py,
+plan/check_device.py, plan/run_record.py, bandwidth/checks.py):
 each field's type, range and pattern, and the bounds on every size.
 Errors are ValueError("FIELD: RULE (got VALUE)"). Standard library only.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 
@@ -30,7 +31,7 @@ CPULIST = r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*"
 
 def mapping(name, value):
     if not isinstance(value, dict):
-        vc.fail(name, "must be a mapping", value)
+        checks.fail(name, "must be a mapping", value)
     return value
 
 
@@ -39,20 +40,20 @@ def known_fields(name, value, known, required=()):
     value = mapping(name, value)
     unknown = sorted(str(k) for k in value if k not in known)
     if unknown:
-        vc.fail(name, "has unknown field(s) %s (known: %s)" % (", ".join(unknown), ", ".join(known)), unknown)
+        checks.fail(name, "has unknown field(s) %s (known: %s)" % (", ".join(unknown), ", ".join(known)), unknown)
     for field in required:
         if field not in value:
-            vc.fail(name, "lacks %s" % field, sorted(str(k) for k in value))
+            checks.fail(name, "lacks %s" % field, sorted(str(k) for k in value))
     return value
 
 
 def a_list(name, value, maximum=MAX_ENTRIES, minimum=0):
     if not isinstance(value, list):
-        vc.fail(name, "must be a list", value)
+        checks.fail(name, "must be a list", value)
     if len(value) > maximum:
-        vc.fail(name, "must hold at most %d entries" % maximum, "%d entries" % len(value))
+        checks.fail(name, "must hold at most %d entries" % maximum, "%d entries" % len(value))
     if len(value) < minimum:
-        vc.fail(name, "must hold at least %d entries" % minimum, value)
+        checks.fail(name, "must hold at least %d entries" % minimum, value)
     return value
 
 
@@ -61,35 +62,35 @@ def short_text(name, value, allow_none=False):
     if value is None and allow_none:
         return None
     if not isinstance(value, str):
-        vc.fail(name, "must be a string", value)
+        checks.fail(name, "must be a string", value)
     if len(value) > MAX_TEXT:
-        vc.fail(name, "must be at most %d characters" % MAX_TEXT, value)
+        checks.fail(name, "must be at most %d characters" % MAX_TEXT, value)
     return value
 
 
 def cpus(name, value, allow_empty=False):
     if allow_empty and value == "":
         return set()
-    vc.text(name, value, CPULIST, "must be a cpulist such as 0-47,96-143")
+    checks.text(name, value, CPULIST, "must be a cpulist such as 0-47,96-143")
     try:
         return set(parse_cpulist(value))
     except ValueError as exc:
-        vc.fail(name, str(exc), value)
+        checks.fail(name, str(exc), value)
 
 
 def nodes(name, value, minimum=0):
     out = [integer("%s[%d]" % (name, i), n, 0, MAX_NUMA_NODE)
            for i, n in enumerate(a_list(name, value, MAX_NUMA_NODE + 1, minimum))]
     if out != sorted(set(out)):
-        vc.fail(name, "must be a sorted list of distinct NUMA nodes", out)
+        checks.fail(name, "must be a sorted list of distinct NUMA nodes", out)
     return out
 
 
 def integer(name, value, minimum, maximum):
     """A JSON integer in range (no string of digits, no boolean, no float)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        vc.fail(name, "must be an integer", value)
-    return vc.integer(name, value, minimum, maximum)
+        checks.fail(name, "must be an integer", value)
+    return checks.integer(name, value, minimum, maximum)
 
 
 def index(name, value):
@@ -104,5 +105,5 @@ def port(name, value):
 def host(name, value, hosts=None):
     names.recorded_host(name, value)
     if hosts is not None and value not in hosts:
-        vc.fail(name, "must be a host of the plan's hosts", value)
+        checks.fail(name, "must be a host of the plan's hosts", value)
     return value

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""The fleet's variables checked together (module_utils/plan/preflight.py),
+"""The fleet's variables checked together (module_utils/plan/variable_check.py),
 against the roles' real argument specs and defaults."""
 
 import pathlib
@@ -9,7 +9,7 @@ import re
 
 import yaml
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import preflight
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import variable_check
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 
 REPO = pathlib.Path(__file__).resolve().parents[5]
@@ -17,7 +17,7 @@ SECRET = "s3cr3t-value-never-shown-0123456789"
 
 
 def check(gpu, gateways=None, extra_vars=()):
-    return preflight.check_fleet(gpu, gateways or {}, role_files.spec_names(), role_files.defaults("vllm"),
+    return variable_check.check_fleet(gpu, gateways or {}, role_files.spec_names(), role_files.defaults("vllm"),
                                  role_files.defaults("gateway"), extra_vars=extra_vars)
 
 
@@ -78,7 +78,7 @@ def test_a_play_keyword_input_in_the_inventory():
 def test_facts_and_private_names_are_not_flagged():
     names = ["vllm_deployed", "vllm_removed", "numa_topology", "__gpufleet_run_plan", "__vllm", "ansible_facts",
              "ansible_host", "gpufleet_tp_size", "inventory_hostname"]
-    assert preflight.inventory_names(names) == ["gpufleet_tp_size"]
+    assert variable_check.inventory_names(names) == ["gpufleet_tp_size"]
     assert check({"gpu-a": good_gpu(vllm_deployed={"instances": []}, vllm_removed=None)}) == []
     # numa_facts' fact, there when a deploy runs after another in one ansible-playbook
     assert check({"gpu-a": good_gpu(numa_topology={"schema_version": 1})}) == []
@@ -88,12 +88,12 @@ def test_facts_and_private_names_are_not_flagged():
 def test_the_names_the_playbooks_read_are_known():
     """Every prefixed name a playbook, role task or the demo inventory uses is
     known, a fact, a filter/module/lookup name, or a group."""
-    known = preflight.known_names(role_files.spec_names())
+    known = variable_check.known_names(role_files.spec_names())
     used = set()
     for path in list((REPO / "playbooks").rglob("*.yml")) + list((REPO / "inventories").rglob("*.yml")):
         used.update(re.findall(r"(?<![\w.])((?:gpufleet|vllm|gateway|numa|audit)_[a-z0-9_]+)\b(?!\.yml)", path.read_text()))
     plugins = set(p.stem for d in ("filter", "modules", "lookup") for p in (REPO / "plugins" / d).glob("*"))
-    not_variables = plugins | {"gpufleet_leaving", "gpufleet_record", "gateway_configured"} | set(preflight.FACTS)
+    not_variables = plugins | {"gpufleet_leaving", "gpufleet_record", "gateway_configured"} | set(variable_check.FACTS)
     assert sorted(used - known - not_variables) == []
 
 
@@ -101,7 +101,7 @@ def test_templated_defaults_are_all_derived():
     """defaults/main.yml's Jinja values are the ones derived_defaults() derives."""
     templated = set(name for role in role_files.ROLES for name, value in role_files.defaults(role).items()
                     if isinstance(value, str) and "{{" in value)
-    assert templated == set(preflight.derived_defaults({}))
+    assert templated == set(variable_check.derived_defaults({}))
 
 
 def test_spec_names_are_the_argument_specs():
@@ -116,17 +116,17 @@ LLAMA_70B = {"num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_la
 def test_tp_and_pp_against_the_models_heads_and_layers():
     configs = {"/models/llama": ("/models/llama/config.json", LLAMA_70B),
                "org/vlm": ("hub/config.json", {"text_config": {"num_attention_heads": 28, "num_hidden_layers": 2}})}
-    assert preflight.model_errors({"vllm_model": "/models/llama", "gpufleet_tp_size": 3}, configs) == [
+    assert variable_check.model_errors({"vllm_model": "/models/llama", "gpufleet_tp_size": 3}, configs) == [
         "gpufleet_tp_size: must divide the model's 64 attention heads (/models/llama/config.json): vLLM refuses it "
         "at start (got 3)"]
-    assert preflight.model_errors({"vllm_model": "org/vlm", "gpufleet_tp_size": 4, "gpufleet_pp_size": 3}, configs) == [
+    assert variable_check.model_errors({"vllm_model": "org/vlm", "gpufleet_tp_size": 4, "gpufleet_pp_size": 3}, configs) == [
         "gpufleet_pp_size: must be at most the model's 2 layers (hub/config.json): vLLM refuses it at start (got 3)"]
     for fine in ({"vllm_model": "/models/llama", "gpufleet_tp_size": 8, "gpufleet_pp_size": 2},
                  {"vllm_model": "/models/llama"},  # tp 1
                  {"vllm_model": "/models/other", "gpufleet_tp_size": 3},  # no config at hand
                  {"vllm_model": "/models/llama", "gpufleet_tp_size": "3"}):  # placement_errors says that one
-        assert preflight.model_errors(fine, configs) == []
-    assert preflight.model_errors({"vllm_model": "/m"}, {"/m": ("/m/config.json", None)}) == [
+        assert variable_check.model_errors(fine, configs) == []
+    assert variable_check.model_errors({"vllm_model": "/m"}, {"/m": ("/m/config.json", None)}) == [
         "vllm_model: /m/config.json is not a JSON object: vLLM cannot read the model"]
 
 
