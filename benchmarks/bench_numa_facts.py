@@ -34,7 +34,7 @@ import time
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, ".collections"))
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology  # noqa: E402
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather  # noqa: E402
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
@@ -136,7 +136,7 @@ def main():
     load_s = time.perf_counter() - start
     start = time.perf_counter()
     for dummy_run in range(opts.core_runs):
-        facts = topology.gather(CaptureReader(capture), captured=True)[0]
+        facts = gather.gather(CaptureReader(capture), captured=True)[0]
     core_s = (time.perf_counter() - start) / opts.core_runs
     print("3. in-process core on the largest capture (%s, %d KiB, %d GPUs, %d files)" % (
         os.path.basename(os.path.dirname(biggest)), os.path.getsize(biggest) // 1024, len(facts["gpus"]),

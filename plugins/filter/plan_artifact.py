@@ -13,7 +13,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import by_host
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -41,8 +41,8 @@ def fleet_plan_by_host(host_vars, hosts=None, deployed=None):
         unplannable = {}
         # a bad variable stops the run (the check step reports them all); a host
         # whose facts or hardware its settings do not fit is set apart
-        settings = fleet_settings.host_settings(host_vars, hosts)
-        models = fleet_settings.host_models(host_vars, hosts)
+        settings = host_settings.host_settings(host_vars, hosts)
+        models = host_settings.host_models(host_vars, hosts)
         # a host asked for without facts is the caller's error; facts that do not read are the host's
         all_facts = dict((h, _plain(contract.facts_view(h, host_vars[h]))) for h in hosts)
         settings = by_host.resolve_settings(settings, all_facts, unplannable)

@@ -8,12 +8,12 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table
 
 
 def plan_table(plan):
     try:
-        return plan_views.plan_table(plan)
+        return table.plan_table(plan)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.plan_table: %s" % exc)
 
@@ -21,7 +21,7 @@ def plan_table(plan):
 def record_diff_table(after, before):
     """The kept record's change, per instance (under --diff)."""
     try:
-        return plan_views.record_diff_table(before, after)
+        return table.record_diff_table(before, after)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.record_diff_table: %s" % exc)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import socket
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import processes as gpu_processes
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.live import LiveReader
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import RecordingReader
 
@@ -34,7 +34,7 @@ def gather_live(root="/", runner=None, which=None, nvidia_smi_binary="nvidia-smi
         LiveReader(root=root, runner=runner, which=which, binaries={"nvidia-smi": nvidia_smi_binary}))
     if record:
         reader = RecordingReader(reader, hostname=hostname)
-    facts, raw = topology.gather(reader, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname, record=record)
+    facts, raw = gather.gather(reader, pynvml=pynvml, use_nvml=use_nvml, hostname=hostname, record=record)
     nvml_processes = gpu_processes.collect_nvml_processes(pynvml) if (pynvml is not None and use_nvml) else None
     processes = gpu_processes.read_processes(reader, nvml_processes)
     capture = None

@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """A recorded audit capture replayed on the controller: the same (facts,
-processes) pair gather.gather_live() reads on a host, through the same
+processes) pair audit/gather.gather_live() reads on a host, through the same
 readers. Controller-only: loading and checking a capture file
 (topology/capture.py) does not ship to hosts.
 """
@@ -10,7 +10,7 @@ readers. Controller-only: loading and checking a capture file
 from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit import processes as gpu_processes
-from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import load_capture
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import CaptureReader
 
@@ -20,5 +20,5 @@ def gather_capture(capture, hostname=None):
     ValueError names the capture and the problem."""
     data = load_capture(capture)
     reader = CaptureReader(data)
-    facts = topology.gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
+    facts = gather.gather(reader, hostname=hostname or data.get("hostname"), captured=True)[0]
     return facts, gpu_processes.read_processes(reader)

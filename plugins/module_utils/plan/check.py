@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import checks as bandwidth_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings as fleet_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_device, run_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
@@ -104,7 +104,7 @@ def _check_host_entry(host, entry):
     _int(where + ".gpus", entry.get("gpus"), 0, MAX_GPUS_PER_HOST)
     if "options" in entry:
         for option, value in sorted(_mapping(where + ".options", entry["options"]).items(), key=str):
-            fleet_settings.check_option(option, value, host, "%s.options.%s" % (where, checks.show(option)))
+            host_settings.check_option(option, value, host, "%s.options.%s" % (where, checks.show(option)))
     if "files" in entry:
         run_record.check_files(where + ".files", entry["files"])
     # Plans written before the record have no "hardware" key; a null one is

@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import con
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check as plan_check
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_table
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 
 H100 = os.path.join(fixture_paths.MACHINES, "h100_sxm_8gpu_nvswitch", "capture.yml")
@@ -199,8 +199,8 @@ def test_plan_keys_is_gone_and_the_plan_fields_are_the_contracts():
 
 def test_plan_table_is_only_the_text_table():
     # The gateway's view lives in deploy/gateway/backends.py alone.
-    assert not hasattr(plan_table, "gateway_backends") and not hasattr(plan_table, "gateway_api_keys")
-    source = open(plan_table.__file__).read()
+    assert not hasattr(table, "gateway_backends") and not hasattr(table, "gateway_api_keys")
+    source = open(table.__file__).read()
     assert "def gateway_" not in source and "is_headless" not in source
 
 

@@ -20,15 +20,13 @@ NVIDIA = "0x10de"
 
 
 def test_gather_live_hung_nvidia_smi_warns_and_sysfs_still_answers(tmp_path):
-    from ansible_collections.gpufleet.numa.plugins.module_utils.topology import gather as topology
-
     from ansible_collections.gpufleet.numa.tests.fixtures.sysfs_builder import SysfsBuilder, write_tree
 
     b = SysfsBuilder().node(0, "0-3", memory_kb=1 << 20).online("0-3")
     b.device("0000:01:00.0", ["pci0000:00", "0000:00:01.0"], "0x030200", "0x10de", numa_node="0", local_cpus="0-3")
     write_tree(b.capture(), tmp_path / "root")
-    facts = topology.gather_live(root=str(tmp_path / "root"), nvidia_smi_binary=hanging_binary(tmp_path),
-                                 use_nvml=False, timeout=1)[0]
+    facts = gather_live(root=str(tmp_path / "root"), nvidia_smi_binary=hanging_binary(tmp_path),
+                        use_nvml=False, timeout=1)[0]
     assert [(g["id"], g["numa_node"]) for g in facts["gpus"]] == [("0000:01:00.0", 0)]
     assert facts["sources"] == ["sysfs"]
     assert any(w.startswith("nvidia-smi --query-gpu") and "no answer within 1 s" in w for w in facts["warnings"])

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_views
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
@@ -177,5 +177,5 @@ def test_only_the_head_is_a_gateway_backend():
     backends = gateway_view.gateway_backends(plan, ADDRESSES)
     assert [b["host"] for b in backends] == ["gpu-a"]
     assert gateway_view.gateway_api_keys(plan, {"gpu-a": "instance-key-0001", "gpu-b": ""}) == {"m": "instance-key-0001"}
-    table = plan_views.plan_table(plan)
-    assert table[0].split()[-1] == "NODE" and table[2].split()[-2:] == ["1/2", "gpu-a"]
+    lines = table.plan_table(plan)
+    assert lines[0].split()[-1] == "NODE" and lines[2].split()[-2:] == ["1/2", "gpu-a"]
