@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import engine_checks, engine_options, host_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import RESERVED_OPTIONS
 from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import INSTANCE, VARIABLES
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_vllm_devices import CPU_INSTANCE
+from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.deploy.vllm.test_devices import CPU_INSTANCE
 
 
 def extra_args(args, **changes):

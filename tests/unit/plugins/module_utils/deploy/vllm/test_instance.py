@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """deploy/vllm/instance.py: this host's plan instances, checked; every probe
 names vllm_instances[i] and the field. (Multi-node instances:
-test_vllm_instance_multinode.py.)
+test_instance_multinode.py.)
 """
 
 import os
