@@ -179,12 +179,15 @@ def address(name, value):
 
 
 def address_scope(value):
-    """Where an address leads: 'unspecified' (0.0.0.0/8, ::, and their
-    IPv4-mapped forms such as ::ffff:0.0.0.0: a listen wildcard, which a
-    connection reaches as this host), 'loopback' (127.0.0.0/8, ::1,
-    ::ffff:127.0.0.0/104, 'localhost') or 'other' (any other address or
-    DNS name). `value` is an address as address() returns it."""
-    if value in ("localhost", "localhost."):
+    """Where an address leads, the collection's one answer: 'unspecified'
+    (0.0.0.0/8, ::, and their IPv4-mapped forms such as ::ffff:0.0.0.0: a
+    listen wildcard, no place to connect to), 'loopback' (127.0.0.0/8, ::1,
+    ::ffff:127.0.0.0/104, 'localhost' and every name under it such as
+    gpu.localhost, in any case, with or without the final dot: RFC 6761
+    keeps them on this host) or 'other' (any other address or DNS name).
+    `value` is an address as address() returns it."""
+    name = value.lower()[:-1] if value.endswith(".") else value.lower()
+    if name == "localhost" or name.endswith(".localhost"):
         return "loopback"
     try:
         ip = ipaddress.ip_address(value)

@@ -275,7 +275,8 @@ def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults
     return errors
 
 
-WILDCARDS = ("0.0.0.0", "::")
+def _wildcard(address):
+    return checks.address_scope(address) == "unspecified"
 
 
 def listener_clashes(instances, gateways):
@@ -283,7 +284,8 @@ def listener_clashes(instances, gateways):
     the gateway sends to (instances: [{name, host, address, listen, port}],
     the proposal's backends with each host's vllm_listen_host), or, on the
     instance's own host, the same port on an overlapping address (equal, or
-    either a wildcard). gateways: {host: [(variable, address, port)]}.
+    either a wildcard: checks.address_scope says 'unspecified').
+    gateways: {host: [(variable, address, port)]}.
     One message per clash, sorted: HAProxy or the instance would not start."""
     errors = []
     for gateway in sorted(gateways):
@@ -292,7 +294,7 @@ def listener_clashes(instances, gateways):
                 if port != inst["port"]:
                     continue
                 same_host = gateway == inst["host"] and (
-                    address == inst["listen"] or address in WILDCARDS or inst["listen"] in WILDCARDS)
+                    address == inst["listen"] or _wildcard(address) or _wildcard(inst["listen"]))
                 if address == inst["address"] or same_host:
                     errors.append("%s: %s: listens on %s:%d, where backend %s serves (%s:%d on %s): give the "
                                   "gateway another port or address" % (

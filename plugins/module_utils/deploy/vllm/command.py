@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import offline_environment
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import SOCKET_IFNAME_ENVIRONMENT
@@ -51,8 +52,10 @@ def engine_label(v):
 
 def health_url(host, port):
     """Where the role and the unit ask for /health: wildcard listen
-    addresses are reached over loopback, IPv6 addresses in brackets."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    addresses (checks.address_scope) are reached over loopback (:: over
+    ::1), IPv6 addresses in brackets."""
+    if checks.address_scope(host) == "unspecified":
+        host = "::1" if host == "::" else "127.0.0.1"
     return "http://%s:%d/health" % ("[%s]" % host if ":" in host else host, port)
 
 

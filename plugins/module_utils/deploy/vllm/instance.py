@@ -10,7 +10,6 @@ vllm_instances[i] and the field. Pure functions, standard library only.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
@@ -264,19 +263,14 @@ def check_multinode(instances, v, host):
 
 def _master_address_problem(address, allow_loopback):
     """Why `address` cannot be a multi-node head's --master-addr, or ''.
-    Unspecified addresses (0.0.0.0, ::, ::ffff:0.0.0.0) never can (numeric
-    shorthands such as "0" or "127.1" checks.address refuses); loopback (127.0.0.0/8, ::1, localhost) only where every host of the
-    instance is this machine, which the caller says (vllm_allow_loopback_master)."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        ip = None
-    if ip is not None and getattr(ip, "ipv4_mapped", None) is not None:
-        ip = ip.ipv4_mapped
-    if ip is not None and ip.is_unspecified:
+    Unspecified addresses (checks.address_scope: 0.0.0.0/8, ::,
+    ::ffff:0.0.0.0) never can (numeric shorthands such as "0" or "127.1"
+    checks.address refuses); loopback (127.0.0.0/8, ::1, localhost and the
+    names under it) only where every host of the instance is this machine,
+    which the caller says (vllm_allow_loopback_master)."""
+    scope = checks.address_scope(address)
+    if scope == "unspecified":
         return "%s is a wildcard (unspecified) address" % address
-    loopback = (ip is not None and ip.is_loopback) or address.rstrip(".").lower() == "localhost" \
-        or address.rstrip(".").lower().endswith(".localhost")
-    if loopback and not allow_loopback:
+    if scope == "loopback" and not allow_loopback:
         return "%s is a loopback address" % address
     return ""

@@ -140,7 +140,12 @@ def test_address_takes_names_with_numbers(value):
     ("localhost", "loopback"), ("localhost.", "loopback"), ("127.0.0.1", "loopback"), ("127.255.0.9", "loopback"),
     ("::1", "loopback"), ("::ffff:127.0.0.1", "loopback"), ("0.0.0.0", "unspecified"), ("0.1.2.3", "unspecified"),
     ("::", "unspecified"), ("::ffff:0.0.0.0", "unspecified"), ("10.0.0.1", "other"), ("1.0.0.0", "other"),
-    ("fd00::1", "other"), ("host.example", "other"), ("::ffff:10.0.0.1", "other")])
+    ("fd00::1", "other"), ("host.example", "other"), ("::ffff:10.0.0.1", "other"),
+    # The cases four answers once disagreed on: one answer now (address_scope).
+    ("0.0.0.5", "unspecified"), ("::ffff:0.0.0.5", "unspecified"), ("gpu.localhost", "loopback"),
+    ("gpu.localhost.", "loopback"), ("LocalHost", "loopback"), ("GPU.LOCALHOST", "loopback"),
+    ("localhost.example", "other"), ("notlocalhost", "other"), ("gpu-localhost", "other"), ("1.0.0.1", "other"),
+    ("::0.0.0.1", "loopback"), ("::2", "other")])
 def test_address_scope(value, scope):
     assert checks.address_scope(value) == scope
     assert checks.is_loopback(value) is (scope == "loopback")

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""plan/variable_check.listener_clashes: a gateway listener on an instance's address:port."""
+"""fleet/variable_check.listener_clashes: a gateway listener on an instance's address:port."""
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import variable_check
 
@@ -45,3 +45,17 @@ def test_every_clash_is_said_sorted():
                      "gpu-a": [("gateway_listen_address", "0.0.0.0", 8000), ("gateway_stats_address", "::", 8001)]})
     assert [e.split(":")[0] for e in found] == ["gpu-a", "gpu-a", "lb-2"]
     assert "gpu-a-vllm-1" in found[1] and "gpu-b-vllm-0" in found[2]
+
+
+def test_every_form_of_a_wildcard_clashes_on_the_instances_own_host():
+    """A gateway on any address checks.address_scope calls unspecified takes
+    the instance's port as 0.0.0.0 does (the forms the old list missed)."""
+    for wildcard in ("::ffff:0.0.0.0", "0.0.0.5", "::"):
+        assert clashes({"gpu-a": [("gateway_listen_address", wildcard, 8000)]}) == [
+            "gpu-a: gateway_listen_address: listens on %s:8000, where backend gpu-a-vllm-0 serves (10.0.0.11:8000 on "
+            "gpu-a): give the gateway another port or address" % wildcard]
+    # and an instance listening on such a form takes the gateway's loopback on its host
+    instances = [dict(INSTANCES[2], listen="::ffff:0.0.0.0")]
+    assert len(variable_check.listener_clashes(instances, {"gpu-b": [("gateway_stats_address", "127.0.0.1", 8000)]})) == 1
+    # elsewhere a wildcard is no clash
+    assert clashes({"lb-1": [("gateway_listen_address", "::ffff:0.0.0.0", 8000)]}) == []

@@ -155,7 +155,8 @@ def test_readiness_and_gpu_preparation_are_part_of_the_unit():
 @pytest.mark.parametrize("listen,url", [
     ("127.0.0.1", "http://127.0.0.1:8000/health"), ("0.0.0.0", "http://127.0.0.1:8000/health"),
     ("::", "http://[::1]:8000/health"), ("fd00::5", "http://[fd00::5]:8000/health"),
-    ("10.0.0.7", "http://10.0.0.7:8000/health")])
+    ("10.0.0.7", "http://10.0.0.7:8000/health"), ("::ffff:0.0.0.0", "http://127.0.0.1:8000/health"),
+    ("localhost", "http://localhost:8000/health")])
 def test_health_is_asked_where_the_instance_listens(listen, url):
     unit = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_listen_host=listen, vllm_api_key="sk-test-0123456789"))["units"][0]
     assert unit["health_url"] == url

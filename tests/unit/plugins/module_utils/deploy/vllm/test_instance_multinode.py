@@ -125,6 +125,8 @@ def test_bad_multinode_input_is_refused_naming_the_variable(variables, message):
     ("::", True, r":: is a wildcard"),
     ("::ffff:0.0.0.0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
     ("0:0:0:0:0:ffff:0:0", True, r"::ffff:(0\.0\.0\.0|0:0) is a wildcard"),
+    ("0.0.0.5", True, r"0\.0\.0\.5 is a wildcard"),
+    ("GPU.localhost.", False, r"GPU\.localhost\. is a loopback address"),
 ])
 def test_a_head_address_the_ranks_cannot_reach_is_refused(address, allow, message):
     for rank in (0, 1):
