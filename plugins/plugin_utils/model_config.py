@@ -17,6 +17,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import download
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import json_text
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024
@@ -38,7 +39,7 @@ def config_path(model, environ):
         return os.path.join(model, "config.json")
     if model.count("/") != 1:
         return None
-    repo = os.path.join(hub_cache(environ), "models--" + model.replace("/", "--"))
+    repo = download.hub_repo_folder(hub_cache(environ), model)
     ref = os.path.join(repo, "refs", "main")
     try:
         with open(ref, "rb") as handle:

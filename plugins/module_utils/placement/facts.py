@@ -42,8 +42,9 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import fac
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts_checks import ROOT, cpulist_cpus, fail
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
+# The facts' schema has one home: the assembler that writes it.
+from ansible_collections.gpufleet.numa.plugins.module_utils.topology.assemble import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 
 __all__ = ["Gpu", "HostFacts", "Node", "SCHEMA_VERSION", "Socket", "Topology", "cpulist_cpus", "host_facts",
            "host_name", "link_score", "read_host_facts"]

@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology.gpu_table i
     sort_key,
 )
 
+# The topology dict's schema (docs/facts.md); placement/facts.py reads it from here.
 SCHEMA_VERSION = 1
 
 

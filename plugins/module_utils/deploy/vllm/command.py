@@ -14,7 +14,7 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import offline_environment
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import offline_environment, secrets_file
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import SOCKET_IFNAME_ENVIRONMENT
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
@@ -103,7 +103,7 @@ def instance_unit(inst, v, inventory_host="this host"):
         "user": v["vllm_user"],
         "group": v["vllm_group"],
         "working_directory": v["vllm_state_dir"],
-        "environment_file": v["vllm_config_dir"] + "/secrets.env",
+        "environment_file": secrets_file(v),
         "restart_sec": v["vllm_restart_sec"],
         "timeout_start_sec": v["vllm_timeout_start_sec"],
         "timeout_stop_sec": v["vllm_timeout_stop_sec"],

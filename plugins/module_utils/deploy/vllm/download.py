@@ -9,6 +9,7 @@ library only.
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
@@ -36,10 +37,23 @@ def model_source(model):
     return "other"
 
 
+def hub_repo_folder(hub_cache, model):
+    """The folder huggingface_hub caches a model repository in under its
+    cache HUB_CACHE ($HF_HUB_CACHE, or $HF_HOME/hub): HUB_CACHE/models--ORG--NAME.
+    The one home of the cache's layout (the role's download, the controller's
+    config.json lookup in plugin_utils/model_config.py)."""
+    return posixpath.join(hub_cache, "models--" + model.replace("/", "--"))
+
+
 def hub_cache_folder(hf_home, model):
-    """The folder huggingface_hub caches a model repository in:
-    HF_HOME/hub/models--ORG--NAME."""
-    return "%s/hub/models--%s" % (hf_home, model.replace("/", "--"))
+    """The folder of a model repository under HF_HOME: HF_HOME/hub/models--ORG--NAME."""
+    return hub_repo_folder(hf_home + "/hub", model)
+
+
+def secrets_file(v):
+    """The host's secrets.env (0600, the service account's): what every unit
+    reads as its EnvironmentFile and where the downloader reads HF_TOKEN."""
+    return v["vllm_config_dir"] + "/secrets.env"
 
 
 def offline_environment(v):
@@ -66,7 +80,7 @@ def download_plan(v, existing):
             "ignore_patterns": v["vllm_download_ignore_patterns"], "reason": "",
             # the downloader reads HF_TOKEN from here (0600, the service account's): never from argv,
             # stdin or the environment of the task, which async records in a 0644 job file
-            "secrets_file": v["vllm_config_dir"] + "/secrets.env"}
+            "secrets_file": secrets_file(v)}
     if not v["vllm_download_weights"]:
         plan["reason"] = "vllm_download_weights is false"
         return plan

@@ -56,7 +56,7 @@ import shlex
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import (
     CHECKER, WAIT_READY, engine_label, instance_unit, unique)
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan, secrets_file
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import stale_candidates
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, check_variables
@@ -228,7 +228,7 @@ def _files(units, v, existing, checker):
     """The files the role templates, in write order (secrets, option files, units);
     each unit is checked by the checker (systemd-analyze verify under a
     unit-like name, warnings refused) before it replaces the old one."""
-    files = [{"template": "secrets.env.j2", "path": v["vllm_config_dir"] + "/secrets.env", "mode": "0600",
+    files = [{"template": "secrets.env.j2", "path": secrets_file(v), "mode": "0600",
               "secret": True, "label": "secrets.env", "owner": v["vllm_user"], "group": v["vllm_group"]}]
     for unit in units:
         if unit["config"]:
