@@ -278,5 +278,8 @@ def test_a_dead_models_instances_leave_the_other_model_serving(gateway):
     assert status == 503, body
     status, headers, body = completion(gateway, LLAMA)
     assert status == 200 and instance_of(headers, gateway).startswith("gpu-a-")
-    # The gateway is up while any model has a live instance.
-    assert request(gateway, "GET", "/gateway/health", key=None)[0] == 200
+    # The gateway's health says a model has no instance: 503, and so does /health.
+    assert request(gateway, "GET", "/gateway/health", key=None)[0] == 503
+    assert request(gateway, "GET", "/health", key=None)[0] == 503
+    status, dummy, body = request(gateway, "GET", "/v1/models")
+    assert status == 200 and [m["instances_up"] for m in json.loads(body)["data"] if m["id"] == QWEN] == [0], body

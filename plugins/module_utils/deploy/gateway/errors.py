@@ -48,9 +48,10 @@ ERRORS = (
      "The instance of the model did not begin its answer within the gateway timeout (gateway_timeout_server); "
      "the request was not sent again. Ask for fewer tokens, or stream the answer (stream: true)"),
 )
-# The monitor URI's 503 (the frontend's own): no model can be served.
+# The monitor URI's 503 (the frontend's own): a model cannot be served.
 MONITOR_DOWN = (503, "ServiceUnavailableError",
-                "No model has an instance up behind this gateway (all are down or draining)")
+                "A model has no instance up behind this gateway (all of its instances are down or draining); "
+                "GET /v1/models says how many are up per model")
 
 
 def body(status, kind, message):

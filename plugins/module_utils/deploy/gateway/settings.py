@@ -7,9 +7,10 @@ check_settings() takes the role's variables as one dict (gateway_* name ->
 value) and returns the values the HAProxy template places, each checked as
 a whole (value_checks: fullmatch, no control characters anywhere) and in
 its canonical form, plus the few strings derived from them (address:port
-sockets, one backend per served model name, the GET /v1/models answer, the
-gateway key's digest, each backend key as one quoted word) and HAProxy's
-own error answers in OpenAI's shape (errors.py). It raises
+sockets, one backend per served model name, the models and health answers
+and the one-model rule (surface.py), the gateway key's digest, each backend
+key as one quoted word) and HAProxy's own error answers in OpenAI's shape
+(errors.py). It raises
 ValueError("VARIABLE: RULE (got VALUE)") for the first value that breaks a
 rule, so a value can never add a line, a keyword or a server option to the
 configuration; messages about keys never show them. Pure function,
@@ -19,7 +20,6 @@ standard library only.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 
 import ipaddress
@@ -28,6 +28,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.names import INVENTORY_HOST, INVENTORY_HOST_RULE
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import access
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import errors
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import surface
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 
 BALANCE = ("leastconn", "roundrobin", "static-rr", "first", "source", "random")
@@ -47,6 +48,9 @@ MODEL_HEADER = "X-Model"
 # The Lua reader of the request body's "model" (roles/gateway/files), next
 # to the configuration that loads it.
 BODY_READER = "gpufleet-request-model.lua"
+# HAProxy's tune.maxrewrite, written out: the part of the buffer kept for
+# header rewrites, which a request's headers and body cannot fill.
+MAX_REWRITE = 1024
 # A fragment of a key this long (or longer) in a line withholds the line.
 SECRET_FRAGMENT = 4
 
@@ -294,14 +298,6 @@ def manage_service(name, value):
     return "true" if vc.boolean(name, value) else "false"
 
 
-def models_json(found):
-    """GET /v1/models as the gateway answers it: OpenAI's list shape, one
-    entry per served model name (json.dumps of checked names: no quote or
-    backslash reaches the configuration)."""
-    data = [{"id": model["model"], "object": "model", "created": 0, "owned_by": "gpufleet"} for model in found]
-    return json.dumps({"object": "list", "data": data}, separators=(",", ":"), sort_keys=True)
-
-
 def check_settings(variables):
     """Return the checked settings (keys without the gateway_ prefix, plus
     listen_socket, stats_socket, metrics_socket, and socket for each backend). Raises
@@ -320,7 +316,10 @@ def check_settings(variables):
     # writes it 0640 and shows no diff of it.
     s["holds_secrets"] = any(model["api_key"] for model in s["models"])
     s["model_header"] = MODEL_HEADER
-    s["models_json"] = models_json(s["models"])
+    # The models, health and one-model routing answers (surface.py).
+    s.update(surface.answers(s["models"]))
+    # What of the buffer a request may fill, headers and body together.
+    s["max_rewrite"], s["body_limit"] = MAX_REWRITE, s["buffer_size"] - MAX_REWRITE
     # HAProxy's own error answers as JSON (errors.py): fixed texts.
     s["http_errors"], s["monitor_down"] = errors.http_errors(), errors.monitor_down()
     s["listen_port"] = port("gateway_listen_port", v["gateway_listen_port"])

@@ -183,8 +183,9 @@ def test_derived_strings():
     assert settings["model_header"] == "X-Model"
     assert (settings["user"], settings["group"], settings["admin_socket_group"]) == ("", "", "")
     assert check(gateway_admin_socket_group="haproxy")["admin_socket_group"] == "haproxy"
-    assert settings["models_json"] == ('{"data":[{"created":0,"id":"m","object":"model","owned_by":"gpufleet"}],'
-                                       '"object":"list"}')
+    assert settings["models_list"] == ('{"object":"list","data":[{"id":"m","object":"model","created":0,'
+                                       '"owned_by":"gpufleet","instances_up":%[nbsrv(model-m)]}]}')
+    assert (settings["max_rewrite"], settings["body_limit"]) == (1024, settings["buffer_size"] - 1024)
 
 
 @pytest.mark.parametrize("value, expected", [
