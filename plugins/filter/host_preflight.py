@@ -21,11 +21,15 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import in
 
 
 def preflight_units(hostvars, host, plan, node_addresses=None):
-    """hostvars, a GPU host and the proposal -> {units, numactl_installed_by_role} for numa_preflight."""
+    """hostvars, a GPU host and the proposal (or the host's own instances,
+    its slice of the run) -> {units, numactl_installed_by_role} for numa_preflight."""
     if not hasattr(hostvars, "keys") or host not in hostvars:
         raise AnsibleFilterError("gpufleet.numa.preflight_units expects hostvars and one of its hosts (got %r)" % (host,))
     try:
-        instances = [i for i in contract.instances(plain(plan), "gpufleet.numa.preflight_units") if i["host"] == host]
+        plan = plain(plan)
+        if isinstance(plan, list):
+            plan = {"instances": plan}
+        instances = [i for i in contract.instances(plan, "gpufleet.numa.preflight_units") if i["host"] == host]
         errors = []
         own = inventory_variables(hostvars, host, errors)
         if errors:

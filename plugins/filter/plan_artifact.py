@@ -5,7 +5,8 @@
 its own settings) and the deployed plan kept between runs: merge_plan,
 load_plan, plan_artifact_json; and rollout_batch, the batch size of a rollout.
 
-Thin shells around module_utils/plan/artifact.py; see docs/plan.md.
+Thin shells around module_utils/fleet/plan.py (the planning use case) and
+module_utils/plan/artifact.py; see docs/plan.md.
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement import by_host
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import plan as fleet_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import identity
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 
 
@@ -38,34 +36,11 @@ def fleet_plan_by_host(host_vars, hosts=None, deployed=None):
         missing = [h for h in hosts if h not in host_vars]
         if missing:
             raise ValueError("hosts not in the input: %s" % ", ".join(missing))
-        unplannable = {}
-        # a bad variable stops the run (the check step reports them all); a host
-        # whose facts or hardware its settings do not fit is set apart
-        settings = host_settings.host_settings(host_vars, hosts)
-        models = host_settings.host_models(host_vars, hosts)
         # a host asked for without facts is the caller's error; facts that do not read are the host's
-        all_facts = dict((h, _plain(contract.facts_view(h, host_vars[h]))) for h in hosts)
-        settings = by_host.resolve_settings(settings, all_facts, unplannable)
-        plans = by_host.plan_each(settings, all_facts, unplannable)
-        settings = dict((h, s) for h, s in settings.items() if h not in unplannable)
-        all_facts = dict((h, all_facts[h]) for h in settings)
-        hardware = dict((h, plan_artifact.hardware_record(all_facts[h])) for h in settings)
-        plan = identity.stable_plan(plan_artifact.combine_plans(plans), kept, settings, all_facts, _plan_one)
-        # What each instance serves, as its host's vllm_* variables say now:
-        # kept in the plan, so the gateway routes a host's instances by model
-        # even in a run that does not reach it.
-        for instance in plan["instances"]:
-            instance.update(models.get(instance["host"], {}))
-        # What each host has, kept with its entry: a later run checks the
-        # host's kept instances against it (plan_check).
-        return dict(plan, settings=settings, hardware=hardware, unplannable=unplannable)
+        facts = dict((h, _plain(contract.facts_view(h, host_vars[h]))) for h in hosts)
+        return fleet_plan.plan_by_host(host_vars, hosts, facts, kept)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.fleet_plan_by_host: %s" % exc)
-
-
-def _plan_one(host, facts, options):
-    """The planner stable_plan plans the rest of a host with."""
-    return placement.plan_fleet({host: facts}, hosts=[host], **options)
 
 
 def merge_plan(fresh, previous=None, replanned=None, fleet_hosts=None, previous_name="<plan>"):

@@ -1,0 +1,126 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Filters that make and advance a deploy run (docs/deploy.md, "One run"):
+run_proposed, run_loaded, run_refused, run_converged, run_removed,
+run_routed, run_configured and run_report. Each reads what Ansible holds
+(hostvars, the play's hosts) into plain values and makes one call into
+module_utils/fleet/ (plan.py, run.py).
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import plan as fleet_plan
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as fleet_run
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
+
+
+def _hosts(name, value):
+    value = plain(value)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError("%s must be a list of inventory hosts" % name)
+    return [str(h) for h in value]
+
+
+def _hostvars(name, value):
+    if not hasattr(value, "keys"):
+        raise ValueError("%s must be hostvars (a mapping host -> variables)" % name)
+    return value
+
+
+def _run(value):
+    value = plain(value)
+    if not isinstance(value, dict) or "record" not in value or "slices" not in value:
+        raise ValueError("the run must be what run_proposed or run_loaded made")
+    return value
+
+
+def _kept(value):
+    value = plain(value)
+    if value is not None and not isinstance(value, (str, dict)):
+        raise ValueError("the kept plan must be its file's JSON text or a mapping")
+    return value
+
+
+def _filter(name, call):
+    """call(*args) with every error named after the filter."""
+    def run(*args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleFilterError("gpufleet.numa.%s: %s" % (name, exc))
+    return run
+
+
+def _role_output(hostvars, batch, name):
+    """host -> its NAME fact (what role vllm says it did), for the hosts of
+    BATCH that set it: the hosts where the role ran to its end."""
+    out = {}
+    for host in _hosts("the batch", batch):
+        value = hostvars[host].get(name) if host in hostvars else None
+        if value is not None:
+            out[host] = plain(value)
+    return out
+
+
+def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run):
+    hostvars = _hostvars("input", hostvars)
+    hosts = sorted(_hosts("hosts", hosts))
+    missing = [h for h in hosts if h not in hostvars]
+    if missing:
+        raise ValueError("hosts not in the input: %s" % ", ".join(missing))
+    # a host asked for without facts is the caller's error; facts that do not read are the host's
+    facts = dict((h, plain(contract.facts_view(h, hostvars[h]))) for h in hosts)
+    context = {"fleet": _hosts("fleet", fleet), "gateways": _hosts("gateways", gateways),
+               "inventory": [str(h) for h in hostvars.keys()], "in_run": _hosts("in_run", in_run)}
+    return fleet_plan.propose(hostvars, facts, _kept(kept), str(plan_file), hosts, context)
+
+
+def _loaded(hostvars, kept, plan_file, deployable, fleet, gateways):
+    context = {"fleet": _hosts("fleet", fleet), "gateways": _hosts("gateways", gateways)}
+    return fleet_plan.load(_hostvars("input", hostvars), _kept(kept), str(plan_file), bool(deployable), context)
+
+
+def _refused(run, refusals):
+    refusals = plain(refusals)
+    if not isinstance(refusals, dict):
+        raise ValueError("refusals must map host -> why")
+    return fleet_run.refused(_run(run), dict((str(h), str(v)) for h, v in refusals.items()))
+
+
+def _report(run, play_hosts, failed, finish):
+    return fleet_run.report(_run(run), _hosts("play_hosts", play_hosts), _hosts("failed", failed), str(finish))
+
+
+FILTERS = {
+    # hostvars | run_proposed(hosts, kept, plan_file, fleet, gateways, in_run)
+    "run_proposed": _proposed,
+    # hostvars | run_loaded(kept, plan_file, deployable, fleet, gateways)
+    "run_loaded": _loaded,
+    "run_refused": _refused,
+    # run | run_converged(hostvars, ansible_play_batch): the batch's hosts that set vllm_deployed
+    "run_converged": lambda run, hostvars, batch: fleet_run.converged(
+        _run(run), *_converged(_hostvars("hostvars", hostvars), batch, "vllm_deployed")),
+    # run | run_removed(hostvars, ansible_play_batch): the batch's hosts that set vllm_removed
+    "run_removed": lambda run, hostvars, batch: fleet_run.removed(
+        _run(run), sorted(_role_output(_hostvars("hostvars", hostvars), batch, "vllm_removed"))),
+    # run | run_routed(hostvars): the gateway's backends from the record
+    "run_routed": lambda run, hostvars: fleet_run.routed(
+        _run(run), fleet_plan.listen_addresses(_hostvars("hostvars", hostvars), _run(run)["fleet"])[0]),
+    "run_configured": lambda run: fleet_run.gateway_configured(_run(run)),
+    # run | run_report(ansible_play_hosts_all, failed hosts, finish)
+    "run_report": _report,
+}
+
+
+def _converged(hostvars, batch, name):
+    runs = _role_output(hostvars, batch, name)
+    return [h for h in _hosts("the batch", batch) if h in runs], runs
+
+
+class FilterModule(object):
+    def filters(self):
+        return dict((name, _filter(name, call)) for name, call in FILTERS.items())

@@ -1,0 +1,177 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""One deploy run as one value (docs/deploy.md, "One run").
+
+deploy_inference.yml carries a run from play to play as a single fact of
+the controller, `__gpufleet_run`, made by proposed() (or loaded(), when the
+planning play did not run: --tags, -l gateways) and advanced by the
+functions below, one per event: the host preflight's refusals, each batch's
+converged hosts, the hosts taken down, the gateway's backends, the
+gateway's configuration. The report reads it. Nothing else keeps state
+between plays, so "what happens to the record when host X fails in batch 2"
+is answered here: X did not converge, so converged() leaves its entry in the
+record as it was.
+
+The run:
+  record_before  the kept plan when the run started
+  record         the kept plan now (hosts that converged replace their
+                 entries batch by batch; hosts taken down leave it)
+  proposal       what the run deploys
+  summary        {replanned, kept, not_planned, dropped}: hosts by what the
+                 proposal does with them
+  unplannable    host -> why it keeps its recorded instances (planning or
+                 the host preflight refused it)
+  in_run         the GPU hosts this run targeted (None: the report's hosts)
+  leaving        recorded hosts no longer in gpu_servers that the inventory
+                 still has: the take-down play's hosts
+  converged, removed   hosts recorded as deployed / taken down in this run
+  slices         host -> what that host's tasks need, computed once per run
+                 (_slices: every host of gpu_servers, of the proposal and
+                 of the record has one)
+  proposed_backends    the proposal as gateway backends (checked before
+                 anything changes), or None without gateways
+  gateway        {backends} from the record once the GPU hosts
+                 were recorded, or None
+  gateway_configured   whether the gateway play ran
+Pure functions over plain dicts; each returns a new run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import report as plan_report
+
+EMPTY_SLICE = {"instances": [], "node_addresses": {}, "drain_servers": [], "recorded": [], "files": {}}
+NO_SUMMARY = {"replanned": [], "kept": [], "not_planned": [], "dropped": []}
+
+
+def _slices(fleet, record, proposal, node_addresses, drain_servers):
+    """host -> its own share of the run, so that no per-host task reads the
+    whole fleet: its proposed instances, the head addresses of its multi-node
+    instances, its servers on the gateways (drained before a restart or a
+    take-down), and what the record holds of it (its instances' names and
+    the files its units are in: what a take-down removes)."""
+    slices = {}
+
+    def host_slice(host):
+        return slices.setdefault(host, copy.deepcopy(EMPTY_SLICE))
+
+    for host in fleet:
+        host_slice(host)
+
+    for instance in contract.instances(proposal, "the proposal"):
+        own = host_slice(instance["host"])
+        own["instances"].append(instance)
+        head = (instance.get("multinode") or {}).get("head")
+        if head is not None and head in node_addresses:
+            own["node_addresses"][head] = node_addresses[head]
+    for instance in record["instances"]:
+        host_slice(instance["host"])["recorded"].append(instance["name"])
+    for host, entry in record["hosts"].items():
+        host_slice(host)["files"] = entry.get("files") or {}
+    for server in drain_servers:
+        host_slice(server["host"])["drain_servers"].append(server)
+    return slices
+
+
+def _start(record, proposal, summary, unplannable, fleet, gateways, node_addresses, in_run, leaving):
+    # The servers HAProxy has now (named from the record): each instance
+    # that restarts or leaves is drained there first.
+    drain_servers = gateway_view.gateway_servers(record) if gateways else []
+    return {
+        "record_before": record, "record": record, "proposal": proposal, "summary": summary,
+        "unplannable": dict(unplannable), "in_run": sorted(in_run), "leaving": sorted(leaving),
+        "converged": [], "removed": [], "drain_servers": drain_servers,
+        "slices": _slices(fleet, record, proposal, node_addresses, drain_servers),
+        "proposed_backends": None, "gateway": None, "gateway_configured": False,
+        "fleet": list(fleet), "gateways": list(gateways),
+    }
+
+
+def proposed(record, merge, in_run, fleet, gateways, addresses, node_addresses, inventory):
+    """The run after the planning play: MERGE is artifact.merge_plans's result
+    (the proposal and what it does per host), RECORD the kept plan, IN_RUN
+    the GPU hosts of the planning play, ADDRESSES host -> vllm_listen_host,
+    NODE_ADDRESSES host -> the address multi-node partners reach it at,
+    INVENTORY every host the inventory has (a leaving host it lacks cannot
+    be reached and stays recorded as "to remove")."""
+    leaving = [h for h in plan_record.to_remove(record, fleet, gateways) if h in set(inventory)]
+    summary = dict((key, list(merge.get(key, []))) for key in NO_SUMMARY)
+    run = _start(record, merge["plan"], summary, merge.get("unplannable") or {}, fleet, gateways,
+                 node_addresses, in_run, leaving)
+    if gateways:
+        # Before anything changes: every instance has an address and a served
+        # name, and no served name stands for two models.
+        run["proposed_backends"] = gateway_view.gateway_backends(merge["plan"], addresses)
+    return run
+
+
+def loaded(record, proposal, fleet, gateways, node_addresses):
+    """The run of a play whose planning play did not run (-l gateways,
+    --tags vllm or gateway, no GPU server reached): the proposal is PROPOSAL
+    (the kept plan as deployable, or as the record), nothing was planned,
+    nothing leaves, and the hosts in the run are the report's (in_run
+    None)."""
+    return dict(_start(record, proposal, dict(NO_SUMMARY), {}, fleet, gateways, node_addresses, [], []),
+                in_run=None)
+
+
+def refused(run, refusals):
+    """The run once the host preflight refused REFUSALS (host -> why): they
+    keep their recorded instances, as hosts that could not be planned do."""
+    return dict(run, unplannable=dict(run["unplannable"], **refusals))
+
+
+def converged(run, hosts, runs):
+    """The run once HOSTS of a batch converged (RUNS: host -> what role vllm
+    says it runs, vllm_deployed): their proposed entries replace their
+    recorded ones. A host of the batch that failed is not among HOSTS and
+    keeps its entry as it was."""
+    hosts = [h for h in hosts if h not in run["converged"]]
+    if not hosts:
+        return run
+    record = plan_record.record_hosts(run["record"], run["proposal"], hosts, runs)
+    return dict(run, record=record, converged=run["converged"] + hosts)
+
+
+def removed(run, hosts):
+    """The run once HOSTS were taken down: they leave the record."""
+    hosts = [h for h in hosts if h not in run["removed"]]
+    if not hosts:
+        return run
+    return dict(run, record=plan_record.forget_hosts(run["record"], hosts), removed=run["removed"] + hosts)
+
+
+def routed(run, addresses):
+    """The run with the gateway's backends, from the record (what runs, never
+    what was only proposed): one server per recorded instance of a host in
+    gpu_servers, at its vllm_listen_host (ADDRESSES). Nothing to route:
+    gateway None. (The keys the gateway sends stay out of the run: it is a
+    fact, printed by -v.)"""
+    routed_plan = plan_record.routed(run["record"], run["fleet"])
+    if not routed_plan["instances"]:
+        return dict(run, gateway=None)
+    return dict(run, gateway={"backends": gateway_view.gateway_backends(routed_plan, addresses)})
+
+
+def gateway_configured(run):
+    """The run once the gateway play configured the gateways."""
+    return dict(run, gateway_configured=True)
+
+
+def report(run, play_hosts, failed, finish):
+    """The end-of-run lines (plan/report.run_report): PLAY_HOSTS the report
+    play's hosts (the hosts in the run when the planning play did not run),
+    FAILED the hosts that failed or were unreachable, FINISH the command
+    that completes a partial run."""
+    in_run = run["in_run"] if run["in_run"] is not None else sorted(play_hosts)
+    return plan_report.run_report(run["record_before"], run["record"], {
+        "fleet": run["fleet"], "in_run": in_run, "failed": sorted(failed),
+        "converged": run["converged"], "removed": run["removed"], "gateways": run["gateways"],
+        "gateway_configured": run["gateway_configured"], "unplannable": run["unplannable"], "finish": finish,
+    })

@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""One deploy run as one value (fleet/run.py, made by fleet/plan.py): what
+the record holds after each event of a run, and each host's slice, on plans
+of recorded machines."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.gpufleet.numa.tests.fixtures.fleet_runs import (
+    FILES, FLEET, deployed, machine_facts, propose, runs)
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as fleet_run
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return machine_facts()
+
+
+def test_a_first_run_records_nothing_until_a_host_converged(facts):
+    run = propose(facts)
+    assert run["record"] == run["record_before"] and run["record"]["hosts"] == {}
+    assert [i["host"] for i in run["proposal"]["instances"]] == ["h100", "h100", "rtx4090", "rtx4090"]
+    assert run["summary"] == {"replanned": FLEET, "kept": [], "not_planned": [], "dropped": []}
+    assert (run["converged"], run["removed"], run["leaving"], run["unplannable"]) == ([], [], [], {})
+    assert run["gateway"] is None and run["gateway_configured"] is False
+    # the proposal as the gateway's backends, checked before anything changes
+    assert [(b["host"], b["address"]) for b in run["proposed_backends"]] == [
+        ("h100", "10.0.0.1"), ("h100", "10.0.0.1"), ("rtx4090", "10.0.0.2"), ("rtx4090", "10.0.0.2")]
+    once = fleet_run.converged(run, ["h100"], runs(run, ["h100"]))
+    assert sorted(once["record"]["hosts"]) == ["h100"] and once["converged"] == ["h100"]
+    assert run["record"]["hosts"] == {}, "the run before the event is left as it was"
+
+
+def test_a_host_that_fails_in_the_second_batch_keeps_its_recorded_entries(facts):
+    """The question a run object answers in one place: tp 4 -> 2 on both
+    hosts, h100 converges in batch 1, rtx4090 fails in batch 2."""
+    kept = deployed(facts, tp=4)
+    run = propose(facts, kept=kept, tp=2)
+    assert len(run["proposal"]["instances"]) == 8
+    before = [i for i in run["record"]["instances"] if i["host"] == "rtx4090"]
+    run = fleet_run.converged(run, ["h100"], runs(run, ["h100"]))
+    run = fleet_run.converged(run, [], {})  # batch 2: rtx4090 did not reach the role's end
+    assert [i for i in run["record"]["instances"] if i["host"] == "rtx4090"] == before
+    assert len([i for i in run["record"]["instances"] if i["host"] == "h100"]) == 4
+    assert run["converged"] == ["h100"]
+    lines = fleet_run.report(run, ["h100", "rtx4090", "lb"], ["rtx4090"], "finish")
+    assert lines[0].startswith("deployed: h100: ") and lines[1].startswith("failed: rtx4090: not deployed")
+    # a host recorded twice in one run is recorded once
+    again = fleet_run.converged(run, ["h100"], runs(run, ["h100"]))
+    assert again is run
+
+
+def test_each_host_gets_its_own_slice(facts):
+    kept = deployed(facts)
+    run = propose(facts, kept=kept, tp=2)
+    for host in FLEET:
+        own = run["slices"][host]
+        assert own["instances"] and all(i["host"] == host for i in own["instances"])
+        assert own["recorded"] == ["vllm-0", "vllm-1"]
+        assert own["files"] == FILES
+        # its servers on the gateway as HAProxy has them now (from the record), none of another host's
+        assert [s["name"] for s in own["drain_servers"]] == ["%s-vllm-0" % host, "%s-vllm-1" % host]
+        assert own["node_addresses"] == {}
+    # no gateway: nothing to drain, nothing proposed to it
+    alone = propose(facts, kept=kept, gateways=())
+    assert all(s["drain_servers"] == [] for s in alone["slices"].values())
+    assert alone["proposed_backends"] is None
+
+
+def test_hosts_that_leave_the_fleet(facts):
+    kept = deployed(facts)
+    # rtx4090 left gpu_servers but is still in the inventory: it is taken down
+    run = propose(facts, kept=kept, hosts=["h100"], fleet=["h100"], in_run=["h100"],
+                  inventory=["h100", "rtx4090", "lb"])
+    assert run["leaving"] == ["rtx4090"] and run["summary"]["dropped"] == ["rtx4090"]
+    assert run["slices"]["rtx4090"]["recorded"] == ["vllm-0", "vllm-1"]
+    assert run["slices"]["rtx4090"]["instances"] == []
+    gone = fleet_run.removed(run, ["rtx4090"])
+    assert sorted(gone["record"]["hosts"]) == ["h100"] and gone["removed"] == ["rtx4090"]
+    assert fleet_run.removed(gone, ["rtx4090"]) is gone
+    # not in the inventory: it cannot be reached and stays recorded, to remove
+    unreachable = propose(facts, kept=kept, hosts=["h100"], fleet=["h100"], in_run=["h100"], inventory=["h100", "lb"])
+    assert unreachable["leaving"] == []
+    # a record that names a gateway as a GPU host is damaged: never taken down
+    damaged = json_with_host_renamed(kept, "rtx4090", "lb")
+    with pytest.raises(ValueError, match="names lb as GPU host"):
+        propose(facts, kept=damaged, hosts=["h100"], fleet=["h100"], in_run=["h100"])
+
+
+def json_with_host_renamed(text, old, new):
+    record = artifact.load_artifact(text)
+    record["hosts"][new] = record["hosts"].pop(old)
+    for entry in record["instances"] + record["unused"]:
+        if entry["host"] == old:
+            entry["host"] = new
+    record["warnings"] = [w.replace(old, new) if isinstance(w, str) else w for w in record["warnings"]]
+    return artifact.dump_artifact(record)
+
+
+def test_refused_hosts_join_the_unplannable_and_the_gateway_routes_the_record(facts):
+    kept = deployed(facts)
+    run = propose(facts, kept=kept, tp=2)
+    run = fleet_run.refused(run, {"rtx4090": "host rtx4090: numactl is missing"})
+    assert run["unplannable"] == {"rtx4090": "host rtx4090: numactl is missing"}
+    run = fleet_run.converged(run, ["h100"], runs(run, ["h100"]))
+    routed = fleet_run.routed(run, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})
+    # what runs: h100's four new instances and rtx4090's two recorded ones
+    assert [(b["host"], b["port"]) for b in routed["gateway"]["backends"]] == [
+        ("h100", 8000), ("h100", 8001), ("h100", 8002), ("h100", 8003), ("rtx4090", 8000), ("rtx4090", 8001)]
+    assert fleet_run.gateway_configured(routed)["gateway_configured"] is True
+    lines = fleet_run.report(routed, FLEET, [], "finish")
+    assert lines[1] == "unplannable: rtx4090: numactl is missing; it keeps its recorded instances vllm-0 :8000, vllm-1 :8001"
+    # nothing recorded yet: the gateway is left as it is
+    first = propose(facts)
+    assert fleet_run.routed(first, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})["gateway"] is None
+
+
+def test_the_events_never_change_the_run_they_are_given(facts):
+    run = propose(facts, kept=deployed(facts), tp=2)
+    frozen = copy.deepcopy(run)
+    fleet_run.removed(fleet_run.converged(fleet_run.refused(run, {"h100": "x"}), ["rtx4090"], runs(run, ["rtx4090"])),
+                      ["h100"])
+    fleet_run.routed(run, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})
+    fleet_run.gateway_configured(run)
+    assert run == frozen

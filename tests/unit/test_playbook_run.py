@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The deploy run has one owner (docs/deploy.md, "One run"): the playbooks
+carry one value between plays, __gpufleet_run, a fact of the controller
+made and advanced only by the gpufleet.numa.run_* filters (fleet/run.py),
+each once per play on the controller; per-host tasks read their own slice,
+never a value templated over the whole fleet."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PLAYBOOKS = REPO / "playbooks"
+RUN_PLAYBOOKS = ("deploy_inference.yml", "decommission.yml")
+
+
+def _tasks_of(tasks, source):
+    for task in tasks or ():
+        for block in ("block", "rescue", "always"):
+            yield from _tasks_of(task.get(block), source)
+        yield source, task
+        imported = task.get("ansible.builtin.import_tasks")
+        if imported:
+            path = (PLAYBOOKS / imported) if "/" in imported else (PLAYBOOKS / "tasks" / imported)
+            yield from _tasks_of(yaml.safe_load(path.read_text()), path.name)
+
+
+def tasks(playbook):
+    """(file, task) for every task of the playbook, imported task files included, and its roles as tasks."""
+    for play in yaml.safe_load((PLAYBOOKS / playbook).read_text()):
+        for section in ("pre_tasks", "tasks", "post_tasks"):
+            yield from _tasks_of(play.get(section), playbook)
+        for role in play.get("roles") or ():
+            yield playbook, dict(role, name="role %s" % role.get("role"))
+
+
+def _events(playbook):
+    return [(source, task) for source, task in tasks(playbook)
+            if re.search(r"gpufleet\.numa\.run_(?!report)", json.dumps(task))]
+
+
+def test_the_run_is_made_and_advanced_by_the_run_filters_once_per_play_on_the_controller():
+    for playbook in RUN_PLAYBOOKS:
+        events = _events(playbook)
+        assert events, playbook
+        for source, task in events:
+            where = "%s: %s" % (source, task["name"])
+            assert list(task["ansible.builtin.set_fact"]) == ["__gpufleet_run"], where
+            assert task.get("run_once") is True, where
+            assert task.get("delegate_to") == "localhost" and task.get("delegate_facts") is True, where
+    names = [task["name"] for _source, task in _events("deploy_inference.yml")]
+    assert names == [
+        "Propose a plan (the hosts of this run planned again, every other host as recorded)",
+        "Refuse the hosts that cannot bind as planned",
+        "Load the kept plan (this run planned nothing)", "Record the hosts of this batch that converged",
+        "Forget the hosts taken down",
+        "Load the kept plan (this run planned nothing)", "Compute the gateway's backends from the record",
+        "Note that the gateways were configured in this run",
+        "Load the kept plan (this run planned nothing)"]
+
+
+def test_no_other_fact_carries_the_run_between_plays():
+    """The eleven __gpufleet_run_* facts the run replaced are gone, and no
+    task sets a fact of the controller other than the run."""
+    for playbook in RUN_PLAYBOOKS:
+        for source, task in tasks(playbook):
+            text = json.dumps(task)
+            assert not re.search(r"__gpufleet_run_(?!now\b)\w+", text), (source, task["name"])
+            if "ansible.builtin.set_fact" in task and task.get("delegate_facts"):
+                assert list(task["ansible.builtin.set_fact"]) == ["__gpufleet_run"], (source, task["name"])
+
+
+def test_per_host_tasks_read_their_slice_not_the_fleet():
+    """The role's instances, its servers on the gateways and its partners'
+    addresses come from the host's slice of the run (computed once per run);
+    the gateway's backends are computed once, in the run."""
+    roles = dict((task["role"], task["vars"]) for _source, task in tasks("deploy_inference.yml") if "role" in task)
+    vllm = roles["gpufleet.numa.vllm"]
+    assert vllm["vllm_instances"] == "{{ __gpufleet_slice.instances }}"
+    assert vllm["vllm_gateway_backends"] == "{{ __gpufleet_slice.drain_servers }}"
+    assert vllm["vllm_node_addresses"] == "{{ __gpufleet_slice.node_addresses }}"
+    for playbook in RUN_PLAYBOOKS:
+        roles = dict((task["role"], task["vars"]) for _source, task in tasks(playbook) if "role" in task)
+        assert roles["gpufleet.numa.gateway"]["gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
+    take_down = yaml.safe_load((PLAYBOOKS / "tasks" / "take_down.yml").read_text())[1]["vars"]
+    assert take_down == {"vllm_remove_files": "{{ __gpufleet_slice.files }}",
+                         "vllm_remove_instances": "{{ __gpufleet_slice.recorded }}",
+                         "vllm_gateways": "{{ __gpufleet_gateway_sockets }}",
+                         "vllm_gateway_backends": "{{ __gpufleet_slice.drain_servers }}"}
+    variables = yaml.safe_load((PLAYBOOKS / "vars" / "deploy_inference.yml").read_text())
+    assert variables["__gpufleet_slice"] == "{{ __gpufleet_run_now.slices[inventory_hostname] }}"
+    assert "__gpufleet_node_addresses" not in variables and "__gpufleet_drain_servers" not in variables
+    # Computed in the run (run_proposed, run_routed), never per host or per role.
+    for path in list(PLAYBOOKS.rglob("*.yml")) + list((REPO / "roles").rglob("*.yml")) + list(
+            (REPO / "roles").rglob("*.j2")):
+        assert "gpufleet.numa.gateway_backends(" not in path.read_text(), path
+    for path in PLAYBOOKS.rglob("*.yml"):
+        assert "selectattr('host', 'equalto', inventory_hostname)" not in path.read_text(), path
