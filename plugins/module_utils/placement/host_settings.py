@@ -62,7 +62,7 @@ def _check(kind, name, value, host):
         value = value.get(host) or []
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         checks.fail(name, "must be a list of GPU indices, PCI bus ids, UUIDs or GPU<n> "
-                                "(or a mapping host -> list)", value)
+                    "(or a mapping host -> list)", value)
     return [_gpu_entry("%s[%d]" % (name, i), item) for i, item in enumerate(value)]
 
 

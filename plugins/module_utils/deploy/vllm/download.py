@@ -89,7 +89,7 @@ def download_plan(v, existing):
         return plan
     if source == "other":
         checks.fail("vllm_model", "must be a Hugging Face repository id (ORG/NAME) or an absolute path while "
-                "vllm_download_weights is true (set it false to pass the model to vLLM as it is)", model)
+                    "vllm_download_weights is true (set it false to pass the model to vLLM as it is)", model)
     prefix = plan["snapshots"] + "/"
     cached = sorted(path for path, entry in (existing or {}).items()
                     if path.startswith(prefix) and "/" not in path[len(prefix):]

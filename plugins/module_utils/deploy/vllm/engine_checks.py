@@ -48,7 +48,7 @@ def check_version(version, variable="vllm_version"):
     found = release(version)
     if found is not None and found < OLDEST_VLLM:
         checks.fail(variable, "must be %d.%d or newer (the units pass --shutdown-timeout, which older vLLM "
-                "refuses at start)" % OLDEST_VLLM, version)
+                    "refuses at start)" % OLDEST_VLLM, version)
     return version
 
 
@@ -76,7 +76,7 @@ def check_unreserved(key, reserved):
     hit = [name for name in reserved if name.startswith(option)]
     if hit:
         checks.fail("vllm_extra_args key", "must not set options the unit sets itself (%s), nor a prefix of one, "
-                "which vLLM's parser reads as that option (here %s)" % (", ".join(reserved), ", ".join(hit)), key)
+                    "which vLLM's parser reads as that option (here %s)" % (", ".join(reserved), ", ".join(hit)), key)
     return key
 
 

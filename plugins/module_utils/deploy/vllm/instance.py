@@ -59,7 +59,7 @@ def check_instance(index, instance):
     local = contract.share(tp_size, pp_size, nnodes).gpus if device != "cpu" else 0
     if len(gpus) != local or len(set(gpus)) != len(gpus):
         checks.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
-                % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
+                    % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
     binding = mapping(label + ".binding", instance["binding"])
     for field in ("cpus", "mems", "policy", "by_node"):
         if field not in binding:
@@ -100,7 +100,7 @@ def _multinode(label, value, pp_size):
     for field in ("nnodes", "node_rank", "head", "hosts", "master_port"):
         if field not in value:
             checks.fail(where, "lacks %s (fleet_plan's multi-node instances carry nnodes, node_rank, head, hosts, "
-                    "master_port)" % field, value)
+                        "master_port)" % field, value)
     nnodes = checks.integer(where + ".nnodes", value["nnodes"], 2, 1024)
     rank = checks.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
     hosts = [names.inventory_host("%s.hosts[%d]" % (where, i), h)
@@ -111,7 +111,7 @@ def _multinode(label, value, pp_size):
         checks.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
     if pp_size % nnodes:
         checks.fail(where + ".nnodes", "must divide pp_size %d (each host runs pp_size / nnodes stages)" % pp_size,
-                nnodes)
+                    nnodes)
     return {"nnodes": nnodes, "node_rank": rank, "head": hosts[0], "hosts": hosts,
             "master_port": checks.port(where + ".master_port", value["master_port"])}
 
@@ -125,7 +125,7 @@ def _workers(label, binding, gpus, cpus):
     workers = [mapping("%s[%d]" % (where, i), w) for i, w in enumerate(as_list(where, binding.get("workers", [])))]
     if [w.get("gpu_index") for w in workers] != gpus:
         checks.fail(where, "must hold one entry per GPU in the order of gpu_indices %s" % join_values(gpus),
-                workers)
+                    workers)
     allowed = set(parse_cpulist(cpus))
     out = []
     for i, worker in enumerate(workers):
@@ -133,14 +133,14 @@ def _workers(label, binding, gpus, cpus):
         worker_cpus = ""
         if not binding["by_node"]:
             worker_cpus = checks.text("%s[%d].cpus" % (where, i), worker.get("cpus"), _CPULIST,
-                                  "must be a cpulist such as 0-47,96-143")
+                                      "must be a cpulist such as 0-47,96-143")
             try:
                 outside = set(parse_cpulist(worker_cpus)) - allowed
             except ValueError as exc:
                 checks.fail("%s[%d].cpus" % (where, i), str(exc), worker_cpus)
             if outside:
                 checks.fail("%s[%d].cpus" % (where, i), "must lie inside binding.cpus %s (numactl refuses a worker's "
-                        "CPUs outside its parent's)" % cpus, worker_cpus)
+                            "CPUs outside its parent's)" % cpus, worker_cpus)
         out.append({"node": node, "cpus": worker_cpus})
     return out
 
@@ -149,7 +149,7 @@ def _check_cpu_shape(label, pp_size, multinode, gpus):
     """A CPU instance runs tensor parallel over ranks on this host alone."""
     if pp_size != 1:
         checks.fail(label + ".pp_size", "must be 1 on a CPU instance (device cpu: tensor parallel over ranks only)",
-                pp_size)
+                    pp_size)
     if multinode is not None:
         checks.fail(label + ".multinode", "must be absent on a CPU instance (device cpu: never multi-node)", multinode)
     if gpus:
@@ -163,7 +163,7 @@ def _ranks(label, binding, tp_size, cpus, mems, mode):
     where = label + ".binding.ranks"
     if mode != "process":
         checks.fail(label + ".binding.mode", "must be process on a CPU instance (its ranks are bound by "
-                "VLLM_CPU_OMP_THREADS_BIND)", mode)
+                    "VLLM_CPU_OMP_THREADS_BIND)", mode)
     ranks = [mapping("%s[%d]" % (where, i), r) for i, r in enumerate(as_list(where, binding.get("ranks", [])))]
     if len(ranks) != tp_size:
         checks.fail(where, "must hold tp_size (%d) ranks, one per NUMA node (got %d)" % (tp_size, len(ranks)), ranks)
@@ -220,8 +220,8 @@ def check_per_worker(instances, v):
     method = v["vllm_environment"].get("VLLM_WORKER_MULTIPROC_METHOD")
     if method is not None and method != "spawn":
         checks.fail("vllm_environment.VLLM_WORKER_MULTIPROC_METHOD", "must be spawn (or unset) while the plan binds "
-                "workers per node (%s): vLLM binds a worker by spawning it through numactl"
-                % ", ".join(per_worker), method)
+                    "workers per node (%s): vLLM binds a worker by spawning it through numactl"
+                    % ", ".join(per_worker), method)
 
 
 def check_multinode(instances, v, host):

@@ -51,7 +51,7 @@ def removal_variables(variables):
     out["recorded_units"] = recorded_units(v.get("recorded_instances") or [], out["vllm_unit_prefix"])
     limit = role_variables.INTEGERS["vllm_drain_timeout"]
     out["vllm_drain_timeout"] = checks.integer("vllm_drain_timeout", role_variables.role_value(v, "vllm_drain_timeout"),
-                                           limit.minimum, limit.maximum)
+                                               limit.minimum, limit.maximum)
     out["vllm_gateways"], out["vllm_gateway_backends"] = role_variables.gateways(
         role_variables.role_value(v, "vllm_gateways"), role_variables.role_value(v, "vllm_gateway_backends"))
     return out

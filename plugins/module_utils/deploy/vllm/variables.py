@@ -113,7 +113,7 @@ def _yaml_value(name, value, depth=0):
         out = {}
         for key, item in value.items():
             checks.text("%s key" % name, key if isinstance(key, str) else repr(key), r"[A-Za-z0-9_.-]{1,100}",
-                    "must be a name of [A-Za-z0-9_.-]")
+                        "must be a name of [A-Za-z0-9_.-]")
             out[str(key)] = _yaml_value("%s.%s" % (name, key), item, depth + 1)
         return out
     checks.fail(name, "must be a string, number, boolean, list or mapping", value)
@@ -183,7 +183,7 @@ def _check_model_and_paths(v, out):
         out[name] = checks.absolute_path(name, role_value(v, name))
     out["vllm_executable"] = checks.absolute_path("vllm_executable", role_value(v, "vllm_executable"), allow_empty=True)
     out["vllm_nvidia_modprobe"] = checks.absolute_path("vllm_nvidia_modprobe", role_value(v, "vllm_nvidia_modprobe"),
-                                                   allow_empty=True)
+                                                       allow_empty=True)
     out["vllm_unit_prefix"] = names.unit_prefix("vllm_unit_prefix", role_value(v, "vllm_unit_prefix"))
     out["vllm_user"] = checks.account("vllm_user", role_value(v, "vllm_user"))
     out["vllm_group"] = checks.account("vllm_group", role_value(v, "vllm_group"))
@@ -199,7 +199,7 @@ def _check_access(v, out):
     if api_key not in (None, ""):
         checks.api_key("vllm_api_key", api_key)
     checked = {"vllm_allow_unauthenticated": checks.boolean("vllm_allow_unauthenticated",
-                                                        role_value(v, "vllm_allow_unauthenticated"))}
+                                                            role_value(v, "vllm_allow_unauthenticated"))}
     # Anything that listens beyond loopback needs a key (vLLM checks it on /v1/*).
     if api_key in (None, "") and not checks.is_loopback(out["vllm_listen_host"]) \
             and not checked["vllm_allow_unauthenticated"]:
@@ -214,7 +214,7 @@ def _check_install(v, out):
     """What the role installs, and whether it manages the account and the service."""
     return dict(devices.check_engine_variables(v), **{
         "vllm_version": checks.text("vllm_version", role_value(v, "vllm_version"), _VERSION,
-                                "must be a version of [0-9A-Za-z.+!_-]"),
+                                    "must be a version of [0-9A-Za-z.+!_-]"),
         "vllm_python": checks.command_word("vllm_python", checks.text(
             "vllm_python", role_value(v, "vllm_python"), _PROGRAM, "must be a program name or path of [A-Za-z0-9_./+-]")),
         "vllm_packages": [
@@ -242,7 +242,7 @@ def _check_timeouts(v, out):
             checks.fail(name, "must be above %s (%d)" % (inner, checked[inner]), checked[name])
     if checked["vllm_health_timeout"] < checked["vllm_health_delay"]:
         checks.fail("vllm_health_timeout", "must be at least vllm_health_delay (%d)" % checked["vllm_health_delay"],
-                checked["vllm_health_timeout"])
+                    checked["vllm_health_timeout"])
     return checked
 
 
@@ -252,7 +252,7 @@ def _check_extra_args(v, out):
     extra = {}
     for key, value in mapping("vllm_extra_args", role_value(v, "vllm_extra_args")).items():
         key = checks.text("vllm_extra_args key", key if isinstance(key, str) else repr(key), _OPTION,
-                      "must be a long option name: lower case, digits, _ and -, no leading dashes")
+                          "must be a long option name: lower case, digits, _ and -, no leading dashes")
         engine_checks.check_unreserved(key, RESERVED_OPTIONS)
         extra[key] = engine_checks.check_words(key, _yaml_value("vllm_extra_args.%s" % key, value))
     return {"vllm_extra_args": extra}
@@ -263,14 +263,14 @@ def _check_environment(v, out):
     environment = {}
     for key, value in mapping("vllm_environment", role_value(v, "vllm_environment")).items():
         key = checks.text("vllm_environment key", key if isinstance(key, str) else repr(key), _ENV_NAME,
-                      "must be a variable name of [A-Za-z0-9_], not starting with a digit")
+                          "must be a variable name of [A-Za-z0-9_], not starting with a digit")
         if key in RESERVED_ENVIRONMENT:
             checks.fail("vllm_environment key", "must not set what the role sets (%s)"
-                    % ", ".join(RESERVED_ENVIRONMENT), key)
+                        % ", ".join(RESERVED_ENVIRONMENT), key)
         environment[key] = _scalar_text("vllm_environment.%s" % key, value)
     if out["vllm_download_weights"] and model_source(out["vllm_model"]) == "hub" and "HF_HUB_OFFLINE" in environment:
         checks.fail("vllm_environment key", "must not set HF_HUB_OFFLINE while vllm_download_weights is true "
-                "(the role sets it once the weights are local)", "HF_HUB_OFFLINE")
+                    "(the role sets it once the weights are local)", "HF_HUB_OFFLINE")
     return {"vllm_environment": environment}
 
 
@@ -279,10 +279,10 @@ def _check_hardening(v, out):
     hardening = []
     for key, value in sorted(mapping("vllm_hardening", role_value(v, "vllm_hardening")).items()):
         key = checks.text("vllm_hardening key", key if isinstance(key, str) else repr(key), _DIRECTIVE,
-                      "must be a [Service] directive name (CamelCase letters)")
+                          "must be a [Service] directive name (CamelCase letters)")
         if key in RESERVED_DIRECTIVES or key.startswith("Exec"):
             checks.fail("vllm_hardening key", "must be a sandboxing directive, not one the unit sets itself "
-                    "or an Exec*= command", key)
+                        "or an Exec*= command", key)
         if isinstance(value, bool):
             value = "yes" if value else "no"
         hardening.append([key, _scalar_text("vllm_hardening.%s" % key, value)])
@@ -298,20 +298,20 @@ def _check_hardening(v, out):
 def _check_multinode_variables(v, out):
     """The head addresses, socket interfaces and rolling hosts of multi-node instances."""
     checked = {"vllm_allow_loopback_master": checks.boolean("vllm_allow_loopback_master",
-                                                        role_value(v, "vllm_allow_loopback_master"))}
+                                                            role_value(v, "vllm_allow_loopback_master"))}
     checked["vllm_node_addresses"] = dict(
         (names.inventory_host("vllm_node_addresses key", h if isinstance(h, str) else repr(h)), a)
         for h, a in mapping("vllm_node_addresses", role_value(v, "vllm_node_addresses") or {}).items())
     ifname = role_value(v, "vllm_socket_ifname") or ""
     checked["vllm_socket_ifname"] = checks.text("vllm_socket_ifname", ifname, _IFNAMES,
-                                            "must be network interface names of [A-Za-z0-9_.:@-] (up to 15 "
-                                            "characters each, comma-separated, as NCCL_SOCKET_IFNAME takes them)",
-                                            allow_empty=True) if ifname else ""
+                                                "must be network interface names of [A-Za-z0-9_.:@-] (up to 15 "
+                                                "characters each, comma-separated, as NCCL_SOCKET_IFNAME takes them)",
+                                                allow_empty=True) if ifname else ""
     if checked["vllm_socket_ifname"]:
         for name in SOCKET_IFNAME_ENVIRONMENT:
             if name in out["vllm_environment"]:
                 checks.fail("vllm_environment key", "must not set %s while vllm_socket_ifname is set (the role "
-                        "sets it on multi-node units)" % name, name)
+                            "sets it on multi-node units)" % name, name)
     checked["vllm_rollout_hosts"] = [
         names.inventory_host("vllm_rollout_hosts[%d]" % i, h)
         for i, h in enumerate(as_list("vllm_rollout_hosts", role_value(v, "vllm_rollout_hosts") or []))]
@@ -326,7 +326,7 @@ def check_download_variables(v, out=None):
         "vllm_download_python", python, allow_empty=True) or checks.absolute_path(
             "vllm_venv", role_value(v, "vllm_venv")) + "/bin/python"
     checked["vllm_download_timeout"] = checks.integer("vllm_download_timeout", role_value(v, "vllm_download_timeout"),
-                                                  1, 10 ** 7)
+                                                      1, 10 ** 7)
     checked["vllm_download_poll"] = checks.integer("vllm_download_poll", role_value(v, "vllm_download_poll"), 1, 3600)
     checked["vllm_download_ignore_patterns"] = [
         checks.text("vllm_download_ignore_patterns[%d]" % i, p, r"[^\s].{0,254}", "must be a glob on one line")
@@ -351,9 +351,9 @@ def gateways(gateways, backends):
         if "name" not in entry:
             checks.fail(where, "lacks name (gateway_backends entries carry it)", entry)
         server = checks.text(where + ".name", entry["name"], gateway_settings.SERVER_NAME,
-                         gateway_settings.SERVER_NAME_RULE)
+                             gateway_settings.SERVER_NAME_RULE)
         host = checks.text(where + ".host", entry.get("host", ""), allow_empty=True)
         backend = checks.text(where + ".backend", entry.get("backend") or DEFAULT_GATEWAY_BACKEND,
-                          gateway_settings.SERVER_NAME, "must be an HAProxy backend name of [A-Za-z0-9_.:-]")
+                              gateway_settings.SERVER_NAME, "must be an HAProxy backend name of [A-Za-z0-9_.:-]")
         servers.append({"host": host, "server": server, "backend": backend})
     return checked, servers

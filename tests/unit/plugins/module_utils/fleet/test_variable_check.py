@@ -18,7 +18,7 @@ SECRET = "s3cr3t-value-never-shown-0123456789"
 
 def check(gpu, gateways=None, extra_vars=()):
     return variable_check.check_fleet(gpu, gateways or {}, role_files.spec_names(), role_files.defaults("vllm"),
-                                 role_files.defaults("gateway"), extra_vars=extra_vars)
+                                      role_files.defaults("gateway"), extra_vars=extra_vars)
 
 
 def good_gpu(**more):
