@@ -53,7 +53,9 @@ def gateway_backends(plan, addresses):
 
     Each entry also names the instance's served model name (`model`, from
     the plan instance's served_model_name) and the HAProxy backend of that
-    model (`backend`, gateway_settings.backend_name). Two hosts serving
+    model (`backend`, gateway_settings.backend_name), and the name the
+    gateway asks the host's agent about (`agent`: the instance's name;
+    deploy/gateway/agent.py). Two hosts serving
     different models under one served name are an error naming both.
     Of a multi-node instance only the head is a backend.
     """
@@ -64,8 +66,9 @@ def gateway_backends(plan, addresses):
     for host, instance, entry in _servers(plan, "gateway_backends"):
         address = _address(host, addresses)
         backends.append(dict(entry, address=address, port=gateway_settings.port(
-            "host %s instance %s port" % (host, instance.get("name")), instance.get("port"))))
-    return [dict((k, b[k]) for k in ("name", "host", "address", "port", "model", "backend")) for b in backends]
+            "host %s instance %s port" % (host, instance.get("name")), instance.get("port")),
+            agent=instance.get("name")))
+    return [dict((k, b[k]) for k in gateway_settings.BACKEND_KEYS) for b in backends]
 
 
 def gateway_servers(plan):

@@ -27,6 +27,7 @@ import ipaddress
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.names import INVENTORY_HOST, INVENTORY_HOST_RULE
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import access
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import agent
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import errors
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import surface
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -38,7 +39,10 @@ SERVER_NAME = r"[A-Za-z0-9_.:-]{1,64}"
 SERVER_NAME_RULE = "must be 1-64 letters, digits, '-', '_', '.' or ':'"
 PACKAGE = r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"
 SERVICE = r"[A-Za-z0-9][A-Za-z0-9@_.:-]{0,127}"
-BACKEND_KEYS = ("name", "host", "address", "port", "model", "backend")
+BACKEND_KEYS = ("name", "host", "address", "port", "model", "backend", "agent")
+# A backend's agent: the instance name its host's agent answers for.
+AGENT_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}"
+AGENT_NAME_RULE = "must be an instance name: 1-101 letters, digits, '_', '.' or '-', starting with a letter or digit"
 # HAProxy backend (proxy) names made from served model names.
 BACKEND_PREFIX = "model-"
 BACKEND_NAME_LIMIT = 64
@@ -158,7 +162,7 @@ def backends(value):
     """Checked servers, each with its model and backend, and the models:
     [{name, backend, servers, api_key}] in the order they first appear."""
     name = "gateway_backends"
-    shape = "{name, host, address, port, model}"
+    shape = "{name, host, address, port, model, agent}"
     if not isinstance(value, list):
         vc.fail(name, "must be a list of " + shape, value)
     if not value:
@@ -189,6 +193,9 @@ def backends(value):
         }
         if entry.get("backend") not in (None, ""):
             backend["backend"] = vc.text(where + ".backend", entry["backend"], SERVER_NAME, SERVER_NAME_RULE)
+        # The agent-check options of the server ('' without an agent).
+        backend["agent_options"] = agent.server_options(vc.text(
+            where + ".agent", entry["agent"], AGENT_NAME, AGENT_NAME_RULE)) if entry.get("agent") else ""
         if backend["name"] in names:
             vc.fail(where + ".name", "must be unique; gateway_backends[%d] has the same name"
                     % names[backend["name"]], backend["name"])

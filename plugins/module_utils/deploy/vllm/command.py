@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import agent
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import offline_environment, secrets_file
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import SOCKET_IFNAME_ENVIRONMENT
@@ -23,12 +24,19 @@ MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
 # Helper programs the role installs into vllm_libexec_dir (roles/vllm/files).
 CHECKER = "gpufleet-verify-unit"
 WAIT_READY = "gpufleet-wait-ready"
+# The gateways' agent (deploy/gateway/agent.py) and what writes its state.
+AGENT = "gpufleet-agent"
+AGENT_STATE = "gpufleet-agent-state"
+# The agent's units, one pair per host: PREFIX + these.
+AGENT_SOCKET = "agent.socket"
+AGENT_SERVICE = "agent@.service"
 # The unit's record of the engine it runs: a new engine version changes
 # every unit, so the rollout restarts every instance once.
 ENGINE_ENVIRONMENT = "GPUFLEET_ENGINE"
 
-# What runs before and after a unit starts ([prefix, argv] each) and the /health it waits for.
-Readiness = namedtuple("Readiness", "exec_start_pre exec_start_post health_url")
+# What runs before and after a unit starts and when it stops ([prefix, argv]
+# each), the /health it waits for and its runtime directory (the agent's state).
+Readiness = namedtuple("Readiness", "exec_start_pre exec_start_post exec_stop health_url runtime_directory")
 
 
 def unique(values):
@@ -88,7 +96,7 @@ def instance_unit(inst, v, inventory_host="this host"):
     head = contract.is_head(inst)
     config = "%s/%s.yaml" % (v["vllm_config_dir"], unit) if v["vllm_extra_args"] else None
     options = _options(inst, v, head, config)
-    readiness = _readiness(inst, v, head)
+    readiness = _readiness(inst, v, head, unit)
     return {
         "name": inst["name"],
         "unit": unit + ".service",
@@ -97,6 +105,8 @@ def instance_unit(inst, v, inventory_host="this host"):
         "after": ["network-online.target"] + services,
         "exec_start_pre": readiness.exec_start_pre,
         "exec_start_post": readiness.exec_start_post,
+        "exec_stop": readiness.exec_stop,
+        "runtime_directory": readiness.runtime_directory,
         "health_url": readiness.health_url,
         "drain": drain_targets(inst["name"], v, inventory_host) if head else [],
         "multinode": multinode,
@@ -183,10 +193,16 @@ def _environment(inst, v):
         [k, val] for k, val in sorted(v["vllm_environment"].items())]
 
 
-def _readiness(inst, v, head):
-    """What runs before and after the start ([prefix, argv] each) and the /health it waits for."""
+def _readiness(inst, v, head, unit):
+    """What runs before and after the start and at the stop ([prefix, argv]
+    each), the /health it waits for and the runtime directory. A head, once
+    it serves, tells the gateways' agent so (100%); asked to stop, whoever
+    asks, it tells the agent 0% first, waits for the gateways to read it and
+    for its requests to end (vllm_drain_timeout seconds at most), and only
+    then does systemd send SIGTERM."""
     url = health_url(v["vllm_listen_host"], inst["port"])
     wait_ready = "%s/%s" % (v["vllm_libexec_dir"], WAIT_READY)
+    agent_state = "%s/%s" % (v["vllm_libexec_dir"], AGENT_STATE)
     # `-` ignores a failure (a host without the program), `+` runs it with
     # full privileges, outside the sandbox.
     exec_start_pre = []
@@ -195,13 +211,41 @@ def _readiness(inst, v, head):
     if head:
         # With vllm_ready_request, ready is a real completion, not /health alone.
         model = [contract.served_name(v["vllm_model"], v["vllm_served_model_name"])] if v["vllm_ready_request"] else []
-        return Readiness(exec_start_pre, [["", [wait_ready, url, str(v["vllm_engine_ready_timeout"])] + model]], url)
+        state = "/run/%s/%s" % (unit, agent.STATE_FILE)
+        metrics = url.rsplit("/health", 1)[0] + "/metrics"
+        return Readiness(exec_start_pre, [["", [wait_ready, url, str(v["vllm_engine_ready_timeout"])] + model],
+                                          ["", [agent_state, "ready", state]]],
+                         [["", [agent_state, "drain", state, metrics, str(agent.agent_wait()),
+                                str(v["vllm_drain_timeout"])]]], url, unit)
     # A headless rank serves no /health; it starts once the head's
     # rendezvous port answers (the head waits for its ranks to join).
     multinode = inst["multinode"]
     master = tcp_url(v["vllm_node_addresses"][multinode["head"]], multinode["master_port"])
     exec_start_pre.append(["", [wait_ready, master, str(v["vllm_engine_ready_timeout"])]])
-    return Readiness(exec_start_pre, [], "")
+    return Readiness(exec_start_pre, [], [], "", "")
+
+
+def agent_units(v, units):
+    """The host's agent units (deploy/gateway/agent.py), or [] when no unit
+    serves the API: a socket on the agent's port, at the instances' listen
+    address, that starts PREFIXagent@.service per connection, which runs the
+    agent over the instances' runtime directories (/run/PREFIX<name>/)."""
+    if not any(unit["health_url"] for unit in units):
+        return []
+    host = v["vllm_listen_host"]
+    listen = "%s:%d" % ("[%s]" % host if ":" in host else host, agent.AGENT_PORT)
+    prefix = v["vllm_unit_prefix"]
+    header = "%s; the gateways' agent of this host's instances" % MANAGED_MARKER
+    return [
+        {"name": prefix + AGENT_SOCKET, "path": "%s/%s%s" % (v["vllm_unit_dir"], prefix, AGENT_SOCKET),
+         "header": header, "listen": listen, "free_bind": host not in ("0.0.0.0", "::"),
+         "description": "gpufleet.numa: the gateways' agent of this host's vLLM instances (port %d)"
+                        % agent.AGENT_PORT},
+        {"name": prefix + AGENT_SERVICE, "path": "%s/%s%s" % (v["vllm_unit_dir"], prefix, AGENT_SERVICE),
+         "header": header, "command": ["%s/%s" % (v["vllm_libexec_dir"], AGENT), "/run/" + prefix],
+         "hardening": v["vllm_hardening"],
+         "description": "gpufleet.numa: the gateways' agent answering one gateway"},
+    ]
 
 
 def _description(inst):

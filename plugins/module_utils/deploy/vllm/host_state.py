@@ -42,6 +42,11 @@ vllm_socket_ifname. All hosts of such an instance must roll together
 Draining: each unit names the gateway servers in front of it (vllm_gateways,
 vllm_gateway_backends): the role drains them on each gateway's HAProxy
 runtime socket before the instance stops and readies them after /health.
+Any other stop drains too: the host's agent (a socket unit on the agent's
+port, deploy/gateway/agent.py) answers every gateway's agent-check with
+the instance's weight, which the unit sets to 0% in ExecStop= (then waits
+for the gateways to read it and for its requests to end) and to 100% once
+it serves.
 
 Every value that reaches a unit, an option file or a command line passes a
 check of plugins/module_utils/common/checks.py first; errors are ValueError
@@ -53,8 +58,9 @@ from __future__ import annotations
 
 import shlex
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import agent
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import (
-    CHECKER, WAIT_READY, engine_label, instance_unit, unique)
+    AGENT, AGENT_STATE, CHECKER, WAIT_READY, agent_units, engine_label, instance_unit, unique)
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan, secrets_file
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
@@ -122,7 +128,7 @@ def host_units(instances, variables):
      options, argv, environment, numa, config, port, wants, after,
      exec_start_pre, exec_start_post ([prefix, argv] each), health_url,
      drain (gateway servers), installed], files (template items in write
-     order), directories, checker, helpers (programs installed into
+     order), agent_socket (the agent's socket unit, or ''), directories, checker, helpers (programs installed into
      vllm_libexec_dir), writes (the directories not as planned, helpers and
      files in the order the role writes them), stale_candidates, install,
      engine (what the install installs and every unit records), pip
@@ -138,6 +144,9 @@ def host_units(instances, variables):
     host = variables.get("host", "this host")
     check_per_worker(checked, v)
     check_multinode(checked, v, variables.get("host"))
+    clash = agent.port_clash(checked)
+    if clash:
+        raise ValueError("vllm_instances: " + clash)
     units = [instance_unit(inst, v, host) for inst in checked]
     install = v["vllm_install"] and not v["vllm_executable"]
     existing = existing_index(variables.get("existing"))
@@ -151,7 +160,8 @@ def host_units(instances, variables):
     for unit in units:
         unit["installed"] = bool((existing.get(unit["path"]) or {}).get("isreg"))
     helpers = _helpers(v, existing)
-    files = _files(units, v, existing, helpers[0]["path"])
+    agents = agent_units(v, units)
+    files = _files(units, agents, v, existing, helpers[0]["path"])
     directories = _directories(v, existing)
     return {
         "units": units,
@@ -170,6 +180,8 @@ def host_units(instances, variables):
         "packages": distribution_packages(v),
         "download": download,
         "manage_service": v["manage_service"],
+        # The agent's socket unit the role starts ('' when no unit serves the API).
+        "agent_socket": agents[0]["name"] if agents else "",
         "variables": v,
     }
 
@@ -224,7 +236,7 @@ def _directories(v, existing):
     return directories
 
 
-def _files(units, v, existing, checker):
+def _files(units, agents, v, existing, checker):
     """The files the role templates, in write order (secrets, option files, units);
     each unit is checked by the checker (systemd-analyze verify under a
     unit-like name, warnings refused) before it replaces the old one."""
@@ -238,6 +250,11 @@ def _files(units, v, existing, checker):
         files.append({"template": "vllm.service.j2", "path": unit["path"], "mode": "0644", "secret": False,
                       "label": unit["unit"], "unit": unit, "verify": unit["unit"],
                       "validate": "%s %s %%s" % (checker, shlex.quote(unit["unit"]))})
+    # The gateways' agent: a socket and the service it starts (checked by
+    # the role's tests with systemd-analyze verify, as a pair).
+    for entry, template in zip(agents, ("agent.socket.j2", "agent.service.j2")):
+        files.append({"template": template, "path": entry["path"], "mode": "0644", "secret": False,
+                      "label": entry["name"], "agent": entry})
     for entry in files:
         entry["kind"] = "template"
         found = existing.get(entry["path"])
@@ -250,7 +267,7 @@ def _files(units, v, existing, checker):
 def _helpers(v, existing):
     """The programs the role installs into vllm_libexec_dir (the checker first)."""
     helpers = []
-    for name in (CHECKER, WAIT_READY):
+    for name in (CHECKER, WAIT_READY, AGENT, AGENT_STATE):
         path = "%s/%s" % (v["vllm_libexec_dir"], name)
         found = existing.get(path)
         helpers.append({"kind": "copy", "src": name, "path": path, "mode": "0755", "label": name, "secret": False,

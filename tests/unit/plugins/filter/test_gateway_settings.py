@@ -84,7 +84,7 @@ def test_gateway_settings_defaults_pass_in_canonical_form():
     assert settings["listen_socket"] == "0.0.0.0:8080"
     assert settings["backends"][1] == {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00:20::12",
                                        "port": 8000, "socket": "[fd00:20::12]:8000", "model": LLAMA,
-                                       "backend": "model-meta-llama_Llama-3.1-70B-Instruct"}
+                                       "backend": "model-meta-llama_Llama-3.1-70B-Instruct", "agent_options": ""}
     assert settings["check_interval"] == "2s" and settings["retries"] == 2
     assert settings["admin_socket_group"] == "" and settings["manage_service"] == "auto"
 
@@ -304,7 +304,8 @@ def test_gateway_settings_rejects_bad_backends(backends, match):
 def test_gateway_settings_backend_dns_name_and_no_host():
     settings = check(gateway_backends=[{"name": "x", "address": "gpu-a.internal", "port": 8000, "model": "m"}])
     assert settings["backends"] == [{"name": "x", "host": "", "address": "gpu-a.internal", "port": 8000,
-                                     "socket": "gpu-a.internal:8000", "model": "m", "backend": "model-m"}]
+                                     "socket": "gpu-a.internal:8000", "model": "m", "backend": "model-m",
+                                     "agent_options": ""}]
 
 
 def test_gateway_settings_rejects_missing_and_unknown_variables():

@@ -131,7 +131,8 @@ def test_options_file_and_shutdown_timeout():
     assert argv[-2:] == ["--config", "/etc/vllm/gpufleet-%s.yaml" % instance["name"]]
     assert "--shutdown-timeout" not in argv
     assert [f["label"] for f in result["files"]] == [
-        "secrets.env", "gpufleet-%s.yaml" % instance["name"], "gpufleet-%s.service" % instance["name"]]
+        "secrets.env", "gpufleet-%s.yaml" % instance["name"], "gpufleet-%s.service" % instance["name"],
+        "gpufleet-agent.socket", "gpufleet-agent@.service"]
 
 
 def test_readiness_and_gpu_preparation_are_part_of_the_unit():
@@ -139,7 +140,15 @@ def test_readiness_and_gpu_preparation_are_part_of_the_unit():
                                                                    vllm_timeout_start_sec=100))["units"][0]
     # Ready is a completion for the served model, after /health (vllm_ready_request).
     assert unit["exec_start_post"] == [["", ["/usr/local/libexec/gpufleet/gpufleet-wait-ready",
-                                             "http://127.0.0.1:8123/health", "42", VARIABLES["vllm_model"]]]]
+                                             "http://127.0.0.1:8123/health", "42", VARIABLES["vllm_model"]]],
+                                       ["", ["/usr/local/libexec/gpufleet/gpufleet-agent-state", "ready",
+                                             "/run/gpufleet-%s/agent" % INSTANCE["name"]]]]
+    # Whoever stops it: the agent answers 0%, the gateways read it (3 s),
+    # the requests end (vllm_drain_timeout), then systemd's SIGTERM.
+    assert unit["exec_stop"] == [["", ["/usr/local/libexec/gpufleet/gpufleet-agent-state", "drain",
+                                       "/run/gpufleet-%s/agent" % INSTANCE["name"], "http://127.0.0.1:8123/metrics",
+                                       "3", str(VARIABLES["vllm_drain_timeout"])]]]
+    assert unit["runtime_directory"] == "gpufleet-" + INSTANCE["name"]
     unit = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_ready_request=False,
                                                   vllm_served_model_name="llama"))["units"][0]
     assert unit["exec_start_post"][0][1][3:] == []

@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""The agent that tells every gateway how much of an instance's share to
+send it (HAProxy's agent-check), and so drains an instance before any stop.
+
+Each GPU host runs one agent (role vllm: a socket unit on AGENT_PORT, one
+short-lived process per connection). A gateway connects to it every
+AGENT_INTERVAL for each of the host's servers, sends the instance's name
+and a newline (agent-send), and reads one line: the instance's weight as a
+percentage of its configured weight, READY once the instance serves,
+DRAINING from the moment its unit is asked to stop (ExecStop=, whoever
+stops it: the role, `systemctl stop`, a reboot), and DRAINING while it is
+not ready (no state yet). A weight of 0% takes the server out of the
+balancing without marking it down and without touching what an operator
+set over the runtime API (drain, maintenance); only the health check marks
+it down. An agent that cannot be reached changes nothing (HAProxy's rule),
+so an instance without one (a unit not managed by systemd) is balanced as
+before.
+
+The unit's stop waits agent_wait() seconds after writing DRAINING, so
+that every gateway has read it (two checks), then for the engine's
+requests to end. Issue 34's weight from the engine's own queue answers
+here too: the line is a percentage, the seam is state_line().
+
+The agent's port is one per host and fixed, so that it stays the same
+across runs and needs no record: port_clash() refuses a plan that puts an
+instance's API, engine (VLLM_PORT range) or rendezvous port on it. Pure,
+standard library only.
+"""
+
+from __future__ import annotations
+
+AGENT_PORT = 8999
+# Seconds between two checks of one server by one gateway (agent-inter).
+AGENT_INTERVAL = 1
+READY = "100%"
+DRAINING = "0%"
+# The agent's state file of an instance, in the unit's runtime directory.
+STATE_FILE = "agent"
+
+
+def agent_wait():
+    """Seconds the stop waits after writing DRAINING: two checks of every
+    gateway, and a second for the last request a gateway sent before it."""
+    return 2 * AGENT_INTERVAL + 1
+
+
+def agent_send(instance):
+    """The line a gateway sends the agent: the instance's name and a
+    newline (HAProxy reads \\n in a double-quoted word as a newline).
+    Instance names are letters, digits, '_', '.' and '-' (the plan's rule)."""
+    return '"%s\\n"' % instance
+
+
+def server_options(instance, interval=AGENT_INTERVAL, port=AGENT_PORT):
+    """The agent options of one HAProxy server line."""
+    return "agent-check agent-port %d agent-inter %ds agent-send %s" % (port, interval, agent_send(instance))
+
+
+def state_line(state):
+    """What the agent answers for a state word ('ready' or 'drain'), as the
+    unit writes it into its state file."""
+    return {"ready": READY, "drain": DRAINING}[state]
+
+
+def port_clash(instances, port=AGENT_PORT):
+    """The message of the first instance (checked plan instances: name,
+    port, dist_port, multinode) whose ports take the agent's port, or None."""
+    for inst in instances:
+        taken = [("API port", inst["port"], inst["port"]),
+                 ("VLLM_PORT range", inst["dist_port"], inst.get("dist_port_last", inst["dist_port"]))]
+        if inst.get("multinode"):
+            master = inst["multinode"]["master_port"]
+            taken.append(("master port", master, master))
+        for what, first, last in taken:
+            if first <= port <= last:
+                return ("instance %s: its %s %s takes port %d, where each GPU host runs the gateways' agent "
+                        "(it drains an instance before a stop): plan the instances' ports elsewhere "
+                        "(gpufleet_base_port, gpufleet_dist_port_base)" % (
+                            inst["name"], what, first if first == last else "%d-%d" % (first, last), port))
+    return None
