@@ -216,13 +216,20 @@ def _readiness(inst, v, head, unit):
         return Readiness(exec_start_pre, [["", [wait_ready, url, str(v["vllm_engine_ready_timeout"])] + model],
                                           ["", [agent_state, "ready", state]]],
                          [["", [agent_state, "drain", state, metrics, str(agent.agent_wait()),
-                                str(v["vllm_drain_timeout"])]]], url, unit)
+                                str(stop_drain(v))]]], url, unit)
     # A headless rank serves no /health; it starts once the head's
     # rendezvous port answers (the head waits for its ranks to join).
     multinode = inst["multinode"]
     master = tcp_url(v["vllm_node_addresses"][multinode["head"]], multinode["master_port"])
     exec_start_pre.append(["", [wait_ready, master, str(v["vllm_engine_ready_timeout"])]])
     return Readiness(exec_start_pre, [], [], "", "")
+
+
+def stop_drain(v):
+    """Seconds ExecStop= waits at most, the gateways' wait included:
+    vllm_drain_timeout, within TimeoutStopSec= (which each ExecStop= has)
+    less a second, so that the stop never times out on the drain."""
+    return max(0, min(v["vllm_drain_timeout"], v["vllm_timeout_stop_sec"] - 1))
 
 
 def agent_units(v, units):

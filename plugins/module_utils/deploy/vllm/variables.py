@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import agent
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
@@ -242,12 +241,6 @@ def _check_timeouts(v, out):
                         ("vllm_timeout_stop_sec", "vllm_shutdown_timeout")):
         if checked[name] <= checked[inner]:
             checks.fail(name, "must be above %s (%d)" % (inner, checked[inner]), checked[name])
-    # Each ExecStop= has TimeoutStopSec: the drain before a stop (the
-    # gateways' agent, deploy/gateway/agent.py) must end within it.
-    drain = checked["vllm_drain_timeout"] + agent.agent_wait()
-    if checked["vllm_timeout_stop_sec"] <= drain:
-        checks.fail("vllm_timeout_stop_sec", "must be above vllm_drain_timeout plus %d s (%d): the stop drains "
-                    "the instance first" % (agent.agent_wait(), drain), checked["vllm_timeout_stop_sec"])
     if checked["vllm_health_timeout"] < checked["vllm_health_delay"]:
         checks.fail("vllm_health_timeout", "must be at least vllm_health_delay (%d)" % checked["vllm_health_delay"],
                     checked["vllm_health_timeout"])

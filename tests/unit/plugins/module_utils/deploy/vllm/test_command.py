@@ -149,6 +149,10 @@ def test_readiness_and_gpu_preparation_are_part_of_the_unit():
                                        "/run/gpufleet-%s/agent" % INSTANCE["name"], "http://127.0.0.1:8123/metrics",
                                        "3", str(VARIABLES["vllm_drain_timeout"])]]]
     assert unit["runtime_directory"] == "gpufleet-" + INSTANCE["name"]
+    # Never past TimeoutStopSec= (each ExecStop= has it): a second before.
+    short = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_drain_timeout=60, vllm_shutdown_timeout=0,
+                                                   vllm_timeout_stop_sec=20))["units"][0]
+    assert short["exec_stop"][0][1][-1] == "19"
     unit = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_ready_request=False,
                                                   vllm_served_model_name="llama"))["units"][0]
     assert unit["exec_start_post"][0][1][3:] == []
