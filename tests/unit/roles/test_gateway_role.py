@@ -885,4 +885,3 @@ def test_gateway_role_defaults_are_the_argument_specs_defaults():
     for name in gateway_settings.VARIABLES:
         with pytest.raises(ValueError, match="missing variable\\(s\\) %s;" % name):
             gateway_settings.check_settings(dict((n, defaults[n]) for n in defaults if n != name))
-

@@ -39,7 +39,6 @@ def test_a_multi_node_instance_hands_each_host_its_heads_address():
     assert run["summary"]["not_planned"] == ["m3"]
 
 
-
 def test_a_run_whose_planning_play_did_not_run_is_loaded_from_the_record(facts):
     kept = deployed(facts)
     run = fleet_plan.load(hostvars(facts), kept, "/k/plan.json", True, {"fleet": FLEET, "gateways": ["lb"]})
@@ -53,7 +52,6 @@ def test_a_run_whose_planning_play_did_not_run_is_loaded_from_the_record(facts):
     assert fleet_plan.load({}, "", "/k/plan.json", False, {"fleet": FLEET, "gateways": []})["record"]["hosts"] == {}
     with pytest.raises(ValueError, match="/k/plan.json"):
         fleet_plan.load({}, "", "/k/plan.json", True, {"fleet": FLEET, "gateways": []})
-
 
 
 def test_listen_addresses_take_the_node_address_for_partners(facts):
