@@ -148,3 +148,35 @@ def test_a_bad_key_names_the_host_and_hides_the_key():
         gateway_view.gateway_api_keys(one_host_plan(), {"gpu-a": bad, "gpu-b": bad})
     assert str(info.value).startswith("host gpu-a vllm_api_key: ")
     assert "0123456789" not in str(info.value)
+
+
+@pytest.mark.parametrize("addresses", [
+    {"gpu-a": "10.0.0.11"},
+    {"gpu-a": "10.0.0.11", "gpu-b": ""},
+    {"gpu-a": "10.0.0.11", "gpu-b": None},
+], ids=["missing", "empty", "none"])
+def test_a_planned_host_without_an_address_is_named_not_guessed(addresses):
+    with pytest.raises(ValueError) as info:
+        gateway_view.gateway_backends(one_host_plan(), addresses)
+    assert str(info.value).startswith("host gpu-b has no address in addresses: map it to the address its vLLM "
+                                      "instances listen on")
+
+
+@pytest.mark.parametrize("name", [None, ""], ids=["none", "empty"])
+def test_an_instance_without_a_served_name_names_host_and_instance(name):
+    plan = one_host_plan()
+    plan["instances"][1]["served_model_name"] = name
+    for call in (lambda: gateway_view.gateway_backends(plan, ADDRESSES), lambda: gateway_view.gateway_servers(plan)):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value).startswith("host gpu-a: plan instance vllm-1 names no served model: set vllm_model")
+
+
+def test_gateway_servers_are_the_backends_without_addresses():
+    plan = multinode_plan()
+    servers = gateway_view.gateway_servers(plan)
+    assert servers == [
+        {"name": "gpu-a-vllm-0", "host": "gpu-a", "model": "llama", "backend": "model-llama"},
+        {"name": "gpu-c-vllm-0", "host": "gpu-c", "model": "llama", "backend": "model-llama"}]
+    backends = gateway_view.gateway_backends(plan, ADDRESSES)
+    assert [dict((k, b[k]) for k in ("name", "host", "model", "backend")) for b in backends] == servers
