@@ -369,6 +369,9 @@ def test_vllm_units_match_golden_and_verify(rendered, case):
     expected_names = {"gpufleet-%s.service" % i["name"] for i in instances} | {"secrets.env"}
     if CASES[case]["vars"].get("vllm_extra_args"):
         expected_names |= {"gpufleet-%s.yaml" % i["name"] for i in instances}
+    if expected_unit(case, root)["agent_socket"]:
+        # The gateways' agent of a host whose units serve the API.
+        expected_names |= {"gpufleet-agent.socket", "gpufleet-agent@.service"}
     assert set(files) == expected_names
     golden = GOLDEN / case
     if os.environ.get("GPUFLEET_UPDATE_GOLDEN"):
@@ -379,9 +382,10 @@ def test_vllm_units_match_golden_and_verify(rendered, case):
     assert {p.name for p in golden.iterdir()} == set(files), "golden files of %s differ in names" % case
     for name, text in files.items():
         assert text == (golden / name).read_text(), "%s/%s differs from its golden file" % (case, name)
-    for instance in instances:
-        rc, stderr = verify_unit(unit_dir(root) / ("gpufleet-%s.service" % instance["name"]))
-        assert (rc, stderr) == (0, ""), "%s: systemd-analyze verify: %s" % (instance["name"], stderr)
+    for name in ["gpufleet-%s.service" % instance["name"] for instance in instances] + sorted(
+            name for name in files if name.endswith(".socket")):
+        rc, stderr = verify_unit(unit_dir(root) / name)
+        assert (rc, stderr) == (0, ""), "%s: systemd-analyze verify: %s" % (name, stderr)
 
 
 @pytest.mark.parametrize("case", sorted(CASES) + sorted(EXTRA_HOSTS))
