@@ -93,10 +93,9 @@ def kept_bandwidth(entry, recorded):
     """A host entry that replaces a recorded one keeps its `bandwidth`
     (docs/bandwidth.md) while the host's hardware record is the same: the
     figures describe the hardware, not the plan. Changed hardware drops
-    them (measure again)."""
+    them (measure again). Updates `entry` in place."""
     if recorded and "bandwidth" in recorded and recorded.get("hardware") == entry.get("hardware"):
         entry["bandwidth"] = recorded["bandwidth"]
-    return entry
 
 
 def record_bandwidth(record, measured):
