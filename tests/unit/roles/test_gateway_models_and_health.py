@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""What the gateway says about itself, against the real HAProxy.
+"""What the gateway says about itself, and what a host's agent tells it, against the real HAProxy.
 
 The role's template and settings check (tests/fixtures/gateway_render)
 render a gateway of two models behind a key: org/m, served by a stand-in
@@ -205,3 +205,51 @@ def test_a_request_naming_no_model_is_refused_with_two_models(gateway):
     error = error_of(call(gateway["port"], "POST", "/v1/completions", body=b'{"prompt":"x"}'), 400,
                      "BadRequestError")
     assert error["message"].startswith("No model in the request"), error
+
+
+def test_the_hosts_agent_takes_a_stopping_instance_out_and_puts_it_back(tmp_path):
+    """A backend with `agent` asks its host's agent (port 8999) about the
+    instance every second: 0% (its unit is stopping) takes it out of the
+    balancing and out of instances_up, 100% puts it back."""
+    address = "127.0.0.49"
+    answer = [b"0%\n"]
+    asked = []
+    agent = socket.socket()
+    agent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    agent.bind((address, 8999))
+    agent.listen(16)
+
+    def serve_agent():
+        while True:
+            try:
+                conn, dummy = agent.accept()
+            except OSError:
+                return
+            with conn:
+                asked.append(conn.recv(100))
+                conn.sendall(answer[0])
+    threading.Thread(target=serve_agent, daemon=True).start()
+    instance = Server((address, 0), Instance)
+    threading.Thread(target=instance.serve_forever, daemon=True).start()
+    settings = gateway_render.render(tmp_path, address, [
+        {"name": "a-vllm-0", "host": "a", "address": address, "port": instance.server_address[1], "model": MODEL,
+         "agent": "vllm-0"}], gateway_check_interval="100ms")
+    haproxy = subprocess.Popen([HAPROXY, "-db", "-f", settings["config_path"]], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    port = settings["listen_port"]
+
+    def up():
+        with socket.create_connection((address, port), timeout=5) as conn:
+            conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: g\r\nConnection: close\r\n\r\n")
+            body = b"".join(iter(lambda: conn.recv(65536), b"")).partition(b"\r\n\r\n")[2]
+        return json.loads(body)["data"][0]["instances_up"]
+    try:
+        wait_for(lambda: asked and up() == 0, "the agent's 0%", haproxy)
+        assert asked[0] == b"vllm-0\n"
+        answer[0] = b"100%\n"
+        wait_for(lambda: up() == 1, "the agent's 100%", haproxy)
+    finally:
+        haproxy.terminate()
+        haproxy.wait(10)
+        agent.close()
+        instance.shutdown()
