@@ -150,7 +150,7 @@ def plan_child(name):
     try:
         plan = fleet_plan({"hostile": {"numa_topology": facts}}, tp_size=tp, dist_port_stride=1,
                           base_port=10000, dist_port_base=20000)
-        searched = not any("exact search" in w for w in plan["warnings"])
+        searched = not any("exact search" in w["text"] for w in plan["warnings"])
         outcome = "%d instances, %d unused, %s" % (len(plan["instances"]), len(plan["unused"]),
                                                    "searched exactly" if searched else "fallback, warned")
     except AnsibleFilterError as exc:

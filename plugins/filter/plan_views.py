@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Filters that present a fleet plan: a text table, a change of the kept record, the gateway's backends and servers."""
+"""Filters that present a fleet plan: a text table, its warnings' lines, a change of the kept record, the gateway's backends and servers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ def plan_table(plan):
         return table.plan_table(plan)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.plan_table: %s" % exc)
+
+
+def plan_warning_lines(plan):
+    """The plan's warnings, "warning: HOST: text" each."""
+    try:
+        return table.plan_warning_lines(plan)
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.plan_warning_lines: %s" % exc)
 
 
 def record_diff_table(after, before):
@@ -52,6 +60,6 @@ def gateway_api_keys(plan, api_keys):
 
 class FilterModule(object):
     def filters(self):
-        return {"plan_table": plan_table, "record_diff_table": record_diff_table, "gateway_backends": gateway_backends,
-                "gateway_servers": gateway_servers,
+        return {"plan_table": plan_table, "plan_warning_lines": plan_warning_lines, "record_diff_table": record_diff_table,
+                "gateway_backends": gateway_backends, "gateway_servers": gateway_servers,
                 "gateway_api_keys": gateway_api_keys}

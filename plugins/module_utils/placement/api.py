@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import fac
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host as _host
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import SCHEMA_VERSION
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet import plan_fleet, plan_fleet_validated
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import plan_host_validated
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import texts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import (
     FLEET_OPTIONS,
     HOST_OPTIONS,
@@ -36,6 +36,13 @@ __all__ = [
     "FLEET_OPTIONS", "HOST_OPTIONS", "SCHEMA_VERSION", "PlacementError", "cache_size", "clear_cache",
     "plan_fleet", "plan_fleet_validated", "plan_host", "plan_host_validated", "validate_options",
 ]
+
+
+def plan_host_validated(facts, opts, host=None):
+    """One host's plan for checked options: the socket_local_groups result, its warnings as texts
+    (a host's own plan; the fleet's warnings are records naming the host)."""
+    plan = _host.plan_host_validated(facts, opts, host)
+    return dict(plan, warnings=texts(plan["warnings"]))
 
 
 def plan_host(facts, host=None, **options):

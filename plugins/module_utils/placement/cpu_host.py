@@ -18,6 +18,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import reasons
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpus import SocketKey, assign_cpus, node_sockets
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import Note, note
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
 
 
@@ -116,8 +117,8 @@ def plan_cpu_host(view, opts, fleet_slots=None, gpu_warnings=()):
             group.update(host=host, name=slot.name, ordinal=ordinal, tp_size=len(nodes), pp_size=1, port=slot.port,
                          dist_port=slot.dist_port, dist_port_range=[slot.dist_port, slot.dist_port + slots.range_last])
         groups.append(group)
-    warnings = list(gpu_warnings) + list(notes)
-    warnings += ["NUMA node %d left over: %s" % (node, why) for node, why in sorted(left + bare)]
+    warnings = [note(w) for w in list(gpu_warnings) + list(notes)]
+    warnings += [Note("NUMA node %d left over: %s" % (node, why), nodes=(node,)) for node, why in sorted(left + bare)]
     reason = "gpufleet_device_class is cpu: GPUs are not used on a CPU host"
     unused = [{"id": gpu.id, "index": gpu.index, "reason": reason} for gpu in view.gpus]
     return {"host": host, "groups": groups, "unused": unused, "warnings": warnings}

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import cpulist as _cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import Note
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
 
 # The kernel's NUMA_NO_NODE: sysfs numa_node reads -1 when the firmware does
@@ -103,7 +104,7 @@ def gpu_node(host, path, value, warnings, gid):
         return None
     if is_int(value):
         if value == NO_NODE:
-            warnings.append("GPU %s reports numa_node -1; NUMA node unknown" % gid)
+            warnings.append(Note("GPU %s reports numa_node -1; NUMA node unknown" % gid, gpus=(gid,)))
             return None
         if value >= 0:
             return int(value)

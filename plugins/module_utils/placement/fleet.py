@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_facts
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import HostWarning, format_warnings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import host_warnings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import FleetSlots, Slot, plan_host_validated
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.multinode import plan_multinode
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import (
@@ -100,9 +100,8 @@ def _plan_fleet(hosts, opts):
         host = plan["host"]
         for entry in plan["unused"]:
             unused.append({"host": host, "id": entry["id"], "index": entry["index"], "reason": entry["reason"]})
-        if plan["warnings"]:
-            warnings.extend(HostWarning(host, text) for text in plan["warnings"])
-    return {"instances": instances, "unused": unused, "warnings": format_warnings(warnings),
+        warnings.extend(host_warnings(host, plan["warnings"]))
+    return {"instances": instances, "unused": unused, "warnings": warnings,
             "totals": contract.plan_totals(len(names), gpu_total, instances)}
 
 

@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist impor
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpu_host import plan_cpu_host
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.device import device_class
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_name, read_host_facts
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import Note, note
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError, PlanOptions
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.template import PlanKey, build_template
 
@@ -128,25 +129,27 @@ def plan_key(view, opts):
 
 
 def host_warnings(template, view):
-    """The warnings of one host's plan (texts; the fleet names the host)."""
+    """The warnings of one host's plan (Notes naming the GPUs and nodes; the fleet names the host)."""
     gpus = view.gpus
     warnings = list(view.warnings)
     for p in template.unknown_node:
-        warnings.append("GPU %s (index %s) has no known NUMA node; left unused" % (gpus[p].id, gpus[p].index))
+        warnings.append(Note("GPU %s (index %s) has no known NUMA node; left unused" % (gpus[p].id, gpus[p].index),
+                             gpus=(gpus[p].id,)))
     for moved in template.rehomed:
         gpu = gpus[moved.position]
-        warnings.append("GPU %s (index %s) is on NUMA node %d, which has no CPUs (memory only): %s"
-                        % (gpu.id, gpu.index, moved.memory_node,
-                           "left unused, no node with CPUs is known to be nearest" if moved.home is None
-                           else "placed on node %d, the nearest with CPUs; memory bound there, not to node %d"
-                           % (moved.home, moved.memory_node)))
+        warnings.append(Note("GPU %s (index %s) is on NUMA node %d, which has no CPUs (memory only): %s"
+                             % (gpu.id, gpu.index, moved.memory_node,
+                                "left unused, no node with CPUs is known to be nearest" if moved.home is None
+                                else "placed on node %d, the nearest with CPUs; memory bound there, not to node %d"
+                                % (moved.home, moved.memory_node)),
+                             gpus=(gpu.id,), nodes=tuple(n for n in (moved.memory_node, moved.home) if n is not None)))
     if template.missing_links is not None:
         a, b = template.missing_links.first
-        warnings.append("%d GPU pair(s) have no link class in the facts (first: %s - %s); ranked below SYS"
-                        % (template.missing_links.count, gpus[a].id, gpus[b].id))
+        warnings.append(Note("%d GPU pair(s) have no link class in the facts (first: %s - %s); ranked below SYS"
+                             % (template.missing_links.count, gpus[a].id, gpus[b].id), gpus=(gpus[a].id, gpus[b].id)))
     warnings.extend(template.notes)
     warnings.extend(_few_cpus(template, view))
-    return warnings
+    return [note(w) for w in warnings]
 
 
 def _few_cpus(template, view):
@@ -156,10 +159,10 @@ def _few_cpus(template, view):
         positions = [p for st in grp.stages for p in st.positions]
         cpus = len(parse_cpulist(grp.cpus))
         if cpus < len(positions):
-            yield ("the instance on GPUs %s gets %d CPU%s for %d GPUs (CPUs %s): each GPU's worker wants a CPU of "
-                   "its own (fewer reserved CPUs or smaller instances give it one)"
-                   % (",".join(str(view.gpus[p].index) for p in positions), cpus, "" if cpus == 1 else "s",
-                      len(positions), grp.cpus))
+            yield Note("the instance on GPUs %s gets %d CPU%s for %d GPUs (CPUs %s): each GPU's worker wants a CPU "
+                       "of its own (fewer reserved CPUs or smaller instances give it one)"
+                       % (",".join(str(view.gpus[p].index) for p in positions), cpus, "" if cpus == 1 else "s",
+                          len(positions), grp.cpus), gpus=tuple(view.gpus[p].id for p in positions))
 
 
 _gpu_id = operator.itemgetter(0)  # Gpu.id

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.cpus import fmt_ints
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.facts import host_facts
-from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import HostWarning, format_warnings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import Note, host_warning, host_warnings
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.host import plan_host_view, read_host_view
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import PlacementError
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
@@ -81,26 +81,27 @@ def plan_multinode(hosts, names, opts, host_opts, fleet_slots):
             for gpu in plan["unused"]:
                 unused.append({"host": view.host, "id": gpu["id"], "index": gpu["index"],
                                "reason": _share_reason(gpu["reason"], nodes)})
-            warnings.extend(HostWarning(view.host, text) for text in plan["warnings"])
+            warnings.extend(host_warnings(view.host, plan["warnings"]))
             if not any(nic["interfaces"] for nic in nics):
-                warnings.append(HostWarning(view.host, (
+                warnings.append(host_warning(view.host, Note(
                     "multi-node instance %s (head %s): no NIC on NUMA node(s) %s of its GPUs in the facts; "
                     "NCCL traffic leaves through whatever interface NCCL picks (set gpufleet_socket_ifname)"
-                    % (entry["name"], members[0], fmt_ints(entry["numa_nodes"])))))
+                    % (entry["name"], members[0], fmt_ints(entry["numa_nodes"])),
+                    nodes=tuple(entry["numa_nodes"]))))
 
     left = [view for dummy, view in read[count * nodes :]]
     why = "not enough hosts for another %d-host instance (nodes_per_instance %d)" % (nodes, nodes)
     for view in left:
-        warnings.extend(HostWarning(view.host, text) for text in view.warnings)
+        warnings.extend(host_warnings(view.host, view.warnings))
         unused.extend({"host": view.host, "id": gpu.id, "index": gpu.index, "reason": why} for gpu in view.gpus)
     if left:
         # one warning, under the first host left over (a kept plan keeps each host's warnings with it)
-        warnings.append(HostWarning(left[0].host, (
+        warnings.append(host_warning(left[0].host, (
             "nodes_per_instance %d: %d host(s) make %d instance(s); %s left over with no instance, their GPUs "
             "unused (add hosts or plan them in another group)" % (nodes, len(read), count, ", ".join(v.host for v in left)))))
 
     gpu_total = sum(len(view.gpus) for dummy, view in read)
-    return {"instances": instances, "unused": unused, "warnings": format_warnings(warnings),
+    return {"instances": instances, "unused": unused, "warnings": warnings,
             "totals": contract.plan_totals(len(names), gpu_total, instances)}
 
 

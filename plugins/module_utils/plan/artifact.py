@@ -20,6 +20,7 @@ from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import by_host, host_warning
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check as plan_check
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.reader import file_kind, read_at_most
@@ -122,6 +123,7 @@ def load_artifact(text, name="<plan>"):
         raise ValueError("plan file %s has artifact_version %r; this collection reads version %d"
                          % (name, version, ARTIFACT_VERSION))
     _check_plan(data, "plan file %s" % name)
+    data = _warning_records(data)
     if not isinstance(data.get("hosts"), dict):
         raise ValueError("plan file %s: hosts must be a mapping host -> {gpus}" % name)
     return plan_check.check_artifact(data, "plan file %s" % name)
@@ -168,9 +170,19 @@ def typed_options(host, options):
     return _typed(host, options)
 
 
-def host_of_warning(warning):
-    # fleet_plan prefixes each warning with "HOST: ".
-    return str(warning).split(": ", 1)[0]
+def _warning_records(data):
+    """The plan with its warnings as records. A plan kept before warnings
+    were records holds "HOST: text" strings: each reads as the record of
+    HOST (before the first ": ") with that text, concerning no GPU or node.
+    The only place a warning's text is read back."""
+    if not any(isinstance(w, str) for w in data["warnings"]):
+        return data
+    return dict(data, warnings=[_old_warning(w) if isinstance(w, str) else w for w in data["warnings"]])
+
+
+def _old_warning(text):
+    host, sep, rest = text.partition(": ")
+    return host_warning(host, rest) if sep else host_warning("", text)
 
 
 def merge_plans(fresh, previous, replanned, fleet_hosts):
@@ -239,14 +251,14 @@ def merge_plans(fresh, previous, replanned, fleet_hosts):
                        key=lambda i: (i["host"], i.get("ordinal", 0)))
     unused = sorted(keep(previous["unused"]) + reformed.unused + list(fresh["unused"]),
                     key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1))
-    warnings = ([w for w in previous["warnings"] if host_of_warning(w) in kept] + list(fresh["warnings"])
+    warnings = ([w for w in previous["warnings"] if w["host"] in kept] + list(fresh["warnings"])
                 + reformed.warnings)
     plan = {
         "artifact_version": ARTIFACT_VERSION,
         "hosts": dict((h, hosts[h]) for h in sorted(hosts)),
         "instances": instances,
         "unused": unused,
-        "warnings": sorted(warnings, key=host_of_warning),
+        "warnings": by_host(warnings),
         "totals": contract.plan_totals(len(gpus), sum(gpus.values()), instances),
     }
     return {"plan": plan, "replanned": replanned, "kept": kept, "not_planned": not_planned, "dropped": dropped,
@@ -283,7 +295,7 @@ def _drop_reformed(kept, fresh, replanned, fleet):
                    + ["%s left the inventory" % ", ".join(gone)] * bool(gone))))
         unused.extend({"host": entry["host"], "id": g.get("id"), "index": g.get("index"), "reason": why}
                       for g in entry.get("gpus") or ())
-        warnings.append("%s: %s" % (entry["host"], why))
+        warnings.append(host_warning(entry["host"], why))
     return Reformed(keep, unused, warnings)
 
 
@@ -301,7 +313,7 @@ def combine_plans(plans):
     return {
         "instances": sorted(instances, key=lambda i: (i["host"], i.get("ordinal", 0))),
         "unused": sorted(unused, key=lambda u: (u["host"], u.get("index") if u.get("index") is not None else -1)),
-        "warnings": sorted(warnings, key=host_of_warning),
+        "warnings": by_host(warnings),
         "totals": totals,
     }
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import checks as bandwidth_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import WARNING_FIELDS
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import check_device, run_record
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks, names
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.record_values import (
@@ -43,6 +44,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common.record_values
     host as _host,
     index as _index,
     integer as _int,
+    known_fields as _known,
     mapping as _mapping,
     nodes as _nodes,
     port as _port,
@@ -73,12 +75,24 @@ def _check_plan(plan):
     for i, entry in enumerate(_list("unused", plan.get("unused"))):
         _check_unused("unused[%d]" % i, entry, hosts, records)
     for i, warning in enumerate(_list("warnings", plan.get("warnings"))):
-        _short_text("warnings[%d]" % i, warning)
+        _check_warning("warnings[%d]" % i, warning)
     totals = plan.get("totals", {})
     for key, value in _mapping("totals", totals).items():
         _int("totals.%s" % _short_text("totals key", key), value, 0, MAX_ENTRIES * MAX_GPUS_PER_HOST)
     _check_per_host(checked, hosts, records)
     _check_multinode(checked)
+
+
+def _check_warning(where, warning):
+    """warnings[i]: {host, text, gpus, nodes} (placement/fleet_warnings.py): an inventory host,
+    a bounded text, the GPU ids and the NUMA nodes it concerns."""
+    warning = _known(where, warning, WARNING_FIELDS, WARNING_FIELDS)
+    names.inventory_host(where + ".host", warning["host"])
+    _short_text(where + ".text", warning["text"])
+    gpus = _list(where + ".gpus", warning["gpus"], MAX_GPUS_PER_HOST)
+    for i, gpu in enumerate(gpus):
+        checks.text("%s.gpus[%d]" % (where, i), gpu, _GPU_ID, _GPU_ID_RULE)
+    _nodes(where + ".nodes", warning["nodes"])
 
 
 def _check_counts(instances, hosts):

@@ -25,6 +25,7 @@ from typing import NamedTuple
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist, parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet import check_ports, slot_of
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import Note, host_warning
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import FLEET_OPTIONS, PlacementError
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan.artifact import typed_options
 
@@ -81,9 +82,8 @@ def _split(plan, settings):
     for entry in plan["unused"]:
         parts[entry["host"]].unused.append(entry)
     for warning in plan["warnings"]:
-        host = str(warning).split(": ", 1)[0]
-        if host in parts:
-            parts[host].warnings.append(warning)
+        if warning["host"] in parts:
+            parts[warning["host"]].warnings.append(warning)
     return parts
 
 
@@ -211,7 +211,7 @@ def plan_rest(host, survivors, fresh, facts, options, replan):
     _share_nodes(new, survivors)
     unused = sorted((u for u in unused if u["id"] not in held),
                     key=lambda u: (u.get("index") is None, u.get("index") or 0, u["id"]))
-    return HostPart(new, unused, _warnings(fresh.warnings, warnings, held, facts))
+    return HostPart(new, unused, _warnings(fresh.warnings, warnings, held))
 
 
 def cpu_rest(host, survivors, fresh, facts, options):
@@ -228,15 +228,14 @@ def cpu_rest(host, survivors, fresh, facts, options):
     if len(survivors) + len(new) < len(fresh.instances):
         return None
     used = held | set(node for instance in new for node in instance["numa_nodes"])
-
-    def left_over(node):
-        return "%s: NUMA node %d left over" % (host, node)
-
-    warnings = [w for w in fresh.warnings if not any(str(w).startswith(left_over(n) + ":") for n in used)]
+    # A warning about NUMA nodes that instances now all use is the fresh
+    # plan's "left over" of a node the survivors hold: it no longer holds.
+    warnings = [w for w in fresh.warnings if not (w["nodes"] and set(w["nodes"]) <= used)]
     for node in sorted(n.get("id") for n in facts.get("numa_nodes") or () if n.get("cpus")):
-        if node not in used and not any(str(w).startswith(left_over(node) + ":") for w in warnings):
-            warnings.append("%s: too few NUMA nodes beside the instances kept as deployed for another of tp_size %s"
-                            % (left_over(node), options.get("tp_size", 1)))
+        if node not in used and not any(node in w["nodes"] for w in warnings):
+            warnings.append(host_warning(host, Note(
+                "NUMA node %d left over: too few NUMA nodes beside the instances kept as deployed for another of "
+                "tp_size %s" % (node, options.get("tp_size", 1)), nodes=(node,))))
     return HostPart(new, fresh.unused, warnings)
 
 
@@ -266,25 +265,20 @@ def _left_over(host, facts, held, fresh, options):
             for gpu in facts.get("gpus") or () if gpu["id"] not in held]
 
 
-def _mentions(warning, names):
-    words = set(word.strip("(),;:") for word in str(warning).split())
-    return bool(words & names)
+def _about(warning, gpus):
+    """Whether the warning concerns any of the GPU ids (its gpus field)."""
+    return bool(set(warning["gpus"]) & gpus)
 
 
-def _warnings(fresh, rest, held, facts):
+def _warnings(fresh, rest, held):
     """The host's warnings: the fresh plan's about the host itself (naming no
     GPU: SMT siblings, reserved cores) or about GPUs the survivors hold (a GPU
     on a memory-only node), in the fresh plan's order, then the re-plan's
     others, none of them about the held GPUs (the re-plan saw those as
     excluded). A rerun that keeps every instance keeps every warning."""
-    held_names, all_names = set(), set()
-    for gpu in facts.get("gpus") or ():
-        names = set(n for n in (gpu.get("id"), gpu.get("pci_bus_id"), gpu.get("uuid")) if n)
-        all_names |= names
-        if gpu["id"] in held:
-            held_names |= names
-    out = [w for w in fresh if not _mentions(w, all_names) or _mentions(w, held_names) or w in rest]
-    out += [w for w in rest if not _mentions(w, held_names) and w not in out]
+    held = set(held)
+    out = [w for w in fresh if not w["gpus"] or _about(w, held) or w in rest]
+    out += [w for w in rest if not _about(w, held) and w not in out]
     return out
 
 

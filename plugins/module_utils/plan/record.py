@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.bandwidth import checks as bandwidth_checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import by_host
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan.run_record import RUN_FIELDS
 
@@ -34,7 +35,7 @@ def _of_hosts(entries, hosts):
 
 
 def _warnings_of(plan, hosts):
-    return [w for w in plan["warnings"] if artifact.host_of_warning(w) in hosts]
+    return [w for w in plan["warnings"] if w["host"] in hosts]
 
 
 def _rebuilt(hosts, instances, unused, warnings):
@@ -46,7 +47,7 @@ def _rebuilt(hosts, instances, unused, warnings):
         "hosts": dict((h, hosts[h]) for h in sorted(hosts)),
         "instances": instances,
         "unused": unused,
-        "warnings": sorted(warnings, key=artifact.host_of_warning),
+        "warnings": by_host(warnings),
         "totals": contract.plan_totals(len(hosts), gpus, instances),
     }
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import format_warning
 
-__all__ = ("COLUMNS", "NODE_COLUMN", "plan_table", "record_diff_table")
+__all__ = ("COLUMNS", "NODE_COLUMN", "plan_table", "plan_warning_lines", "record_diff_table")
 
 # A column: its title, and how an instance entry shows in it.
 Column = namedtuple("Column", ("title", "cell"))
@@ -83,6 +84,15 @@ def plan_table(plan):
     if totals:
         lines.append(", ".join("%s %s" % (key.replace("_", " "), value) for key, value in sorted(totals.items())))
     return lines
+
+
+def plan_warning_lines(plan):
+    """The plan's warnings as a person reads them: "warning: HOST: text" each, in the plan's order.
+    Raises ValueError for a non-plan."""
+    warnings = plan.get("warnings") if isinstance(plan, dict) else None
+    if not isinstance(warnings, list):
+        raise ValueError("plan_warning_lines expects a fleet plan (a mapping with a warnings list)")
+    return ["warning: " + format_warning(w) for w in warnings]
 
 
 def record_diff_table(before, after):

@@ -416,7 +416,8 @@ def test_filters_numa_node_minus_one_is_unknown_not_a_node():
     assert [u["id"] for u in plan["unused"]] == [gid]
     assert "GPU %s reports numa_node -1; NUMA node unknown" % gid in plan["warnings"]
     fleet = fleet_plan({"gpu-x": {"numa_topology": facts}}, tp_size=1)
-    assert "gpu-x: GPU %s reports numa_node -1; NUMA node unknown" % gid in fleet["warnings"]
+    assert {"host": "gpu-x", "text": "GPU %s reports numa_node -1; NUMA node unknown" % gid, "gpus": [gid],
+            "nodes": []} in fleet["warnings"]
 
 
 @pytest.mark.parametrize(

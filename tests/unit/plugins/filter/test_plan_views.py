@@ -5,7 +5,12 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.gateway import gateway_settings
-from ansible_collections.gpufleet.numa.plugins.filter.plan_views import gateway_api_keys, gateway_backends, plan_table
+from ansible_collections.gpufleet.numa.plugins.filter.plan_views import (
+    gateway_api_keys,
+    gateway_backends,
+    plan_table,
+    plan_warning_lines,
+)
 
 INSTANCE = {
     "host": "gpu-a", "name": "vllm-0", "gpu_indices": [0, 1, 2, 3], "numa_nodes": [0],
@@ -34,6 +39,24 @@ def test_plan_table_aligns_columns_and_lists_unused():
 def test_plan_table_rejects_non_plans(bad):
     with pytest.raises(AnsibleFilterError, match="plan_table"):
         plan_table(bad)
+
+
+def test_plan_warning_lines_are_the_deploys_lines_in_the_plans_order():
+    """The deploy prints "warning: HOST: text" per warning, as it did when warnings were strings."""
+    plan = {"instances": [], "warnings": [
+        {"host": "gpu-b", "text": "NUMA node 1 left over: max_instances_per_host (1) reached", "gpus": [], "nodes": [1]},
+        {"host": "gpu-a", "text": "GPU GPU3 (index 3) has no known NUMA node; left unused", "gpus": ["GPU3"],
+         "nodes": []}]}
+    assert plan_warning_lines(plan) == [
+        "warning: gpu-b: NUMA node 1 left over: max_instances_per_host (1) reached",
+        "warning: gpu-a: GPU GPU3 (index 3) has no known NUMA node; left unused"]
+    assert plan_warning_lines(dict(plan, warnings=[])) == []
+
+
+@pytest.mark.parametrize("bad", [None, [], {"instances": []}, {"warnings": "x"}])
+def test_plan_warning_lines_rejects_non_plans(bad):
+    with pytest.raises(AnsibleFilterError, match="plan_warning_lines"):
+        plan_warning_lines(bad)
 
 
 def test_gateway_backends_uses_each_hosts_address():

@@ -99,7 +99,7 @@ def json_with_host_renamed(text, old, new):
     for entry in record["instances"] + record["unused"]:
         if entry["host"] == old:
             entry["host"] = new
-    record["warnings"] = [w.replace(old, new) if isinstance(w, str) else w for w in record["warnings"]]
+    record["warnings"] = [dict(w, host=new) if w["host"] == old else w for w in record["warnings"]]
     return artifact.dump_artifact(record)
 
 

@@ -147,8 +147,8 @@ def _stage_without_cpus():
 def test_auto_falls_back_to_process_binding_with_a_warning_when_a_worker_node_has_no_cpus():
     plan = placement.plan_fleet({"x": _stage_without_cpus()}, tp_size=2, pp_size=2)
     assert plan["instances"][0]["binding"]["mode"] == "process"
-    assert any("NUMA node(s) 1 of its GPUs hold none of its CPUs (0-7)" in w and "bound process-wide instead" in w
-               for w in plan["warnings"]), plan["warnings"]
+    assert any("NUMA node(s) 1 of its GPUs hold none of its CPUs (0-7)" in w["text"] and "bound process-wide instead"
+               in w["text"] and w["host"] == "x" for w in plan["warnings"]), plan["warnings"]
 
 
 def test_per_worker_asked_for_but_impossible_is_an_error():

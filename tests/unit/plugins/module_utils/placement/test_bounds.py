@@ -71,7 +71,8 @@ def test_fleet_plan_1000_distinct_gpus_falls_back_socket_local_with_warning_nami
     plan = fleet_plan({"wide": {"numa_topology": facts}}, tp_size=2, dist_port_stride=1, base_port=10000,
                       dist_port_base=20000)
     assert len(plan["instances"]) == 500
-    assert any(w.startswith("wide: too many distinct GPUs") and "may not be optimal" in w for w in plan["warnings"])
+    assert any(w["host"] == "wide" and w["text"].startswith("too many distinct GPUs") and "may not be optimal" in w["text"]
+               for w in plan["warnings"])
     for inst in plan["instances"]:
         assert len(set(socket_of(facts, g["id"]) for g in inst["gpus"])) == 1
 

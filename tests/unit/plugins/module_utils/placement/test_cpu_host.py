@@ -41,7 +41,8 @@ def test_two_sockets_of_one_node_each_give_two_instances_of_the_contracts_shape(
     assert (second["name"], second["port"], second["numa_nodes"], second["sockets"]) == ("vllm-1", 8001, [1], [1])
     # its GPUs are not used, and the plan says so
     assert [u["reason"] for u in plan["unused"]] == ["gpufleet_device_class is cpu: GPUs are not used on a CPU host"] * 8
-    assert plan["warnings"] == ["h: gpufleet_device_class is cpu: its 8 GPU(s) are not used"]
+    assert plan["warnings"] == [{"host": "h", "text": "gpufleet_device_class is cpu: its 8 GPU(s) are not used",
+                                 "gpus": [], "nodes": []}]
     assert plan["totals"] == {"hosts": 1, "instances": 2, "gpus": 8, "gpus_used": 0, "gpus_unused": 8}
 
 
@@ -60,10 +61,11 @@ def test_tp_2_ranks_sit_on_nodes_of_one_socket():
 def test_nodes_a_socket_cannot_fill_an_instance_with_are_left_over_never_spanned():
     plan = cpu_plan("mi50_8gpu_nps4", tp_size=3)
     assert [i["numa_nodes"] for i in plan["instances"]] == [[0, 1, 2], [4, 5, 6]]
-    left = [w for w in plan["warnings"] if "left over" in w]
-    assert left == ["h: NUMA node %d left over: socket %d holds 4 NUMA node(s) with usable CPUs: tp_size 3 forms 1 "
-                    "instance(s) there and leaves this one (a CPU instance never spans sockets)" % (n, s)
-                    for n, s in ((3, 0), (7, 1))]
+    left = [w for w in plan["warnings"] if "left over" in w["text"]]
+    assert left == [{"host": "h", "gpus": [], "nodes": [n], "text": (
+        "NUMA node %d left over: socket %d holds 4 NUMA node(s) with usable CPUs: tp_size 3 forms 1 "
+        "instance(s) there and leaves this one (a CPU instance never spans sockets)" % (n, s))}
+        for n, s in ((3, 0), (7, 1))]
     with pytest.raises(placement.PlacementError, match=r"^host h: tp_size 5 \(gpufleet_tp_size\) needs 5 NUMA nodes "
                                                        r"with usable CPUs on one socket .* its sockets hold at most 4$"):
         cpu_plan("mi50_8gpu_nps4", tp_size=5, allow_span=True)
@@ -101,14 +103,15 @@ def test_only_usable_cpus_and_nodes_with_cpus_hold_ranks():
     assert [i["cpus"] for i in lxc] == ["0-14,112-126", "56-71,168-183"]
     gh200 = cpu_plan("gh200_grace_hopper")
     assert [i["numa_nodes"] for i in gh200["instances"]] == [[0]]  # nodes 1-8 are memory only
-    assert not any("left over" in w for w in gh200["warnings"])
+    assert not any("left over" in w["text"] or w["nodes"] for w in gh200["warnings"])
     assert gh200["instances"][0]["binding"]["ranks"][0]["memory_mb"] == 481868
 
 
 def test_max_instances_per_host_leaves_the_other_nodes_over():
     plan = cpu_plan("mi300x_8gpu_xgmi", max_instances_per_host=1)
     assert [i["numa_nodes"] for i in plan["instances"]] == [[0]]
-    assert "h: NUMA node 1 left over: max_instances_per_host (1) reached" in plan["warnings"]
+    assert {"host": "h", "text": "NUMA node 1 left over: max_instances_per_host (1) reached", "gpus": [],
+            "nodes": [1]} in plan["warnings"]
 
 
 def test_pipeline_stages_worker_binding_and_multi_node_instances_are_refused_on_a_cpu_host():
@@ -144,5 +147,5 @@ def test_a_node_with_cpus_and_no_memory_holds_no_rank():
         node["memory_mb"] = 0 if node["id"] == 3 else 64000
     plan = placement.plan_fleet({"h": facts}, tp_size=1, device_class="cpu")
     assert [i["numa_nodes"] for i in plan["instances"]] == [[n] for n in (0, 1, 2, 4, 5, 6, 7)]
-    assert [w for w in plan["warnings"] if "left over" in w] == [
-        "h: NUMA node 3 left over: it has CPUs 48-63 but no memory (0 MB): a rank's memory is bound to its node"]
+    assert [w for w in plan["warnings"] if "left over" in w["text"]] == [{"host": "h", "gpus": [], "nodes": [3], "text": (
+        "NUMA node 3 left over: it has CPUs 48-63 but no memory (0 MB): a rank's memory is bound to its node")}]

@@ -13,6 +13,7 @@ import pytest
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import api as placement
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import facts as placement_facts
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import facts_checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.placement.fleet_warnings import Note
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_hosts import h100_nvswitch
 
 
@@ -38,7 +39,7 @@ def test_checked_gpu_rows_duplicate_id_names_the_second():
 def test_gpu_node_minus_one_is_unknown_with_a_warning():
     warnings = []
     assert facts_checks.gpu_node("h", "gpus[0].numa_node", -1, warnings, "g0") is None
-    assert warnings == ["GPU g0 reports numa_node -1; NUMA node unknown"]
+    assert warnings == [Note("GPU g0 reports numa_node -1; NUMA node unknown", gpus=("g0",))]
 
 
 def test_identical_topologies_are_checked_once(monkeypatch):

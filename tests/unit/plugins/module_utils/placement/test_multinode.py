@@ -60,9 +60,10 @@ def gpu_nodes(facts):
 
 
 def no_nic(host, nodes):
-    return ("%s: multi-node instance vllm-0 (head gpu-a): no NIC on NUMA node(s) %s of its GPUs in the facts; NCCL "
-            "traffic leaves through whatever interface NCCL picks (set gpufleet_socket_ifname)"
-            % (host, nodes))
+    """The warning record of a share with no NIC on its nodes: the nodes it names are its nodes field."""
+    return {"host": host, "text": "multi-node instance vllm-0 (head gpu-a): no NIC on NUMA node(s) %s of its GPUs in "
+            "the facts; NCCL traffic leaves through whatever interface NCCL picks (set gpufleet_socket_ifname)" % nodes,
+            "gpus": [], "nodes": [int(n) for n in nodes.split(",")]}
 
 
 # ---------------------------------------------------------------- plans
@@ -131,9 +132,9 @@ def test_hosts_taken_in_planning_order_and_the_one_left_over_is_unused():
     assert plan["instances"][0]["multinode"]["hosts"] == ["gpu-c", "gpu-a"]
     reason = "not enough hosts for another 2-host instance (nodes_per_instance 2)"
     assert plan["unused"] == [{"host": "gpu-b", "id": "GPU%d" % i, "index": i, "reason": reason} for i in range(8)]
-    assert plan["warnings"][-1] == (
-        "gpu-b: nodes_per_instance 2: 3 host(s) make 1 instance(s); gpu-b left over with no instance, "
-        "their GPUs unused (add hosts or plan them in another group)")
+    assert plan["warnings"][-1] == {"host": "gpu-b", "gpus": [], "nodes": [], "text": (
+        "nodes_per_instance 2: 3 host(s) make 1 instance(s); gpu-b left over with no instance, "
+        "their GPUs unused (add hosts or plan them in another group)")}
     assert len(plan["warnings"]) == 3
     assert plan["totals"] == {"hosts": 3, "instances": 1, "gpus": 24, "gpus_used": 16, "gpus_unused": 8}
 

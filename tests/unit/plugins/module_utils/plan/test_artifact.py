@@ -239,8 +239,8 @@ def test_a_multinode_instance_formed_anew_drops_the_unreached_partners_stale_par
     stale = [u for u in after["plan"]["unused"] if u["host"] == "gpu-b"]
     anew = [u["index"] for u in stale if "was formed anew without it: gpu-a re-planned" in u["reason"]]
     assert len(stale) == 8 and anew == [0, 1, 2, 3]  # its share; 4-7 were unused already
-    assert any(w.startswith("gpu-b: its multi-node instance vllm-0 (hosts gpu-a, gpu-b)") for w in
-               after["plan"]["warnings"])
+    assert any(w["host"] == "gpu-b" and w["text"].startswith("its multi-node instance vllm-0 (hosts gpu-a, gpu-b)")
+               and w["gpus"] == [] and w["nodes"] == [] for w in after["plan"]["warnings"])
     assert after["plan"]["totals"]["instances"] == 1
     # a partner re-planned as a one-host instance leaves it stale too
     alone = plan_artifact.merge_plans(placement.plan_fleet({"gpu-a": hosts["gpu-a"]}, tp_size=4, pp_size=2),
@@ -249,3 +249,31 @@ def test_a_multinode_instance_formed_anew_drops_the_unreached_partners_stale_par
     # the same pairing planned again changes nothing
     same = plan_artifact.merge_plans(full, before, sorted(hosts), sorted(hosts))
     assert same["plan"]["instances"] == before["instances"]
+
+
+def test_a_plan_kept_with_string_warnings_loads_as_records_and_round_trips(facts):
+    """A kept plan written before warnings were records holds "HOST: text"
+    strings: each loads as the record of that host and text, concerning no
+    GPU or node; written again it is records, and loads unchanged."""
+    full = plan(facts, sorted(MACHINES), tp_size=1, reserved_cpus_per_socket=1)
+    new = plan_artifact.merge_plans(full, None, sorted(MACHINES), sorted(MACHINES))["plan"]
+    assert len(set(w["host"] for w in new["warnings"])) >= 2
+    old = dict(new, warnings=["%s: %s" % (w["host"], w["text"]) for w in new["warnings"]])
+    text = plan_artifact.dump_artifact(old)
+    loaded = plan_artifact.load_artifact(text, "old.json")
+    assert loaded["warnings"] == [dict(w, gpus=[], nodes=[]) for w in new["warnings"]]
+    assert dict(loaded, warnings=[]) == dict(new, warnings=[])
+    again = plan_artifact.dump_artifact(loaded)
+    assert plan_artifact.load_artifact(again, "new.json") == loaded
+    # the kept plan as a mapping is read the same, and left as it was
+    assert plan_artifact.load_artifact(old)["warnings"] == loaded["warnings"]
+    assert old["warnings"][0] == "%s: %s" % (new["warnings"][0]["host"], new["warnings"][0]["text"])
+    # a text holding ": " itself splits at the first one only
+    odd = dict(old, warnings=["h100: a: b"])
+    assert plan_artifact.load_artifact(odd)["warnings"] == [{"host": "h100", "text": "a: b", "gpus": [], "nodes": []}]
+    # a partial run keeps the unreached hosts' migrated warnings, each with its host
+    after = plan_artifact.merge_plans(plan(facts, ["h100"], tp_size=1, reserved_cpus_per_socket=1), loaded, ["h100"],
+                                      sorted(MACHINES))["plan"]
+    assert [w for w in after["warnings"] if w["host"] != "h100"] == [w for w in loaded["warnings"]
+                                                                     if w["host"] != "h100"]
+    assert [w for w in after["warnings"] if w["host"] == "h100"] == [w for w in new["warnings"] if w["host"] == "h100"]

@@ -108,17 +108,21 @@ def test_combine_plans_checks_each_plan(plan, message):
         pa.combine_plans([plan])
 
 
+def _note(host, text):
+    return {"host": host, "text": text, "gpus": [], "nodes": []}
+
+
 def test_combine_plans_sorts_and_sums():
     first = {"instances": [{"host": "b", "ordinal": 1}, {"host": "b"}], "unused": [{"host": "b", "index": 0}],
-             "warnings": ["b: late"], "totals": {"hosts": 1, "instances": 2, "gpus": 4, "gpus_used": 3,
-                                                 "gpus_unused": 1}}
+             "warnings": [_note("b", "late")],
+             "totals": {"hosts": 1, "instances": 2, "gpus": 4, "gpus_used": 3, "gpus_unused": 1}}
     second = {"instances": [{"host": "a", "ordinal": 0}], "unused": [{"host": "b", "index": None}],
-              "warnings": ["a: early"], "totals": {"hosts": "2", "instances": 1}}
+              "warnings": [_note("a", "early")], "totals": {"hosts": "2", "instances": 1}}
     third = {"instances": [], "unused": [], "warnings": [], "totals": None}
     combined = pa.combine_plans([first, second, third])
     assert combined["instances"] == [{"host": "a", "ordinal": 0}, {"host": "b"}, {"host": "b", "ordinal": 1}]
     assert combined["unused"] == [{"host": "b", "index": None}, {"host": "b", "index": 0}]
-    assert combined["warnings"] == ["a: early", "b: late"]
+    assert combined["warnings"] == [_note("a", "early"), _note("b", "late")]
     assert combined["totals"] == {"hosts": 3, "instances": 3, "gpus": 4, "gpus_used": 3, "gpus_unused": 1}
     assert pa.combine_plans([])["totals"] == dict.fromkeys(("hosts", "instances", "gpus", "gpus_used",
                                                             "gpus_unused"), 0)
@@ -139,7 +143,7 @@ def test_hardware_record_orders_gpus_by_index_then_id():
 
 def _fresh(hosts, **extra):
     plan = {"instances": [{"host": h, "ordinal": 0, "gpus": [{"id": "g0"}, {"id": "g1"}]} for h in hosts],
-            "unused": [{"host": h, "index": 2} for h in hosts], "warnings": ["%s: note" % h for h in hosts]}
+            "unused": [{"host": h, "index": 2} for h in hosts], "warnings": [_note(h, "note") for h in hosts]}
     plan.update(extra)
     return plan
 
@@ -152,7 +156,7 @@ def test_merge_plans_counts_gpus_and_types_options():
                                                                     "allow_x": "yes"},
                                              "hardware": {"gpus": []}}}
     assert merged["plan"]["totals"]["gpus"] == 3 and merged["plan"]["totals"]["hosts"] == 1
-    assert merged["plan"]["warnings"] == ["a: note"]
+    assert merged["plan"]["warnings"] == [_note("a", "note")]
     off = pa.merge_plans(_fresh(["a"], settings={"a": {"allow_span": "off"}, "b": {}}), None, ["a"], ["a"])
     assert off["plan"]["hosts"]["a"]["options"] == {"allow_span": False}
     plain = pa.merge_plans(_fresh(["a"], settings={"b": {}}, hardware={"b": {}}), None, ["a"], ["a"])
@@ -163,7 +167,7 @@ def test_merge_plans_keeps_unreached_hosts_with_their_warnings():
     first = pa.merge_plans(_fresh(["a", "b"]), None, ["a", "b"], ["a", "b"])["plan"]
     again = pa.merge_plans(_fresh(["b"]), first, ["b"], ["a", "b", "c"])
     assert (again["kept"], again["replanned"], again["not_planned"], again["dropped"]) == (["a"], ["b"], ["c"], [])
-    assert again["plan"]["warnings"] == ["a: note", "b: note"]
+    assert again["plan"]["warnings"] == [_note("a", "note"), _note("b", "note")]
     assert [u["host"] for u in again["plan"]["unused"]] == ["a", "b"]
     assert again["plan"]["totals"] == {"hosts": 2, "instances": 2, "gpus": 6, "gpus_used": 4, "gpus_unused": 2}
 

@@ -229,7 +229,26 @@ TAMPERED = [
      r"unused\[\d+\]\.host: must be a host of the plan's hosts"),
     ("unused_gpu_not_on_host", lambda p: p["unused"].append({"host": "gpu-a", "id": "0000:ff:00.0", "index": 9}),
      r"unused\[\d+\]: must be a GPU this host has"),
-    ("warning_not_text", _top("warnings", [{"x": 1}]), r"warnings\[0\]: must be a string"),
+    ("warning_not_a_record", _top("warnings", [7]), r"warnings\[0\]: must be a mapping"),
+    ("warning_unknown_field", _top("warnings", [{"x": 1}]), r"warnings\[0\]: has unknown field\(s\) x"),
+    ("warning_without_nodes", _top("warnings", [{"host": "gpu-a", "text": "t", "gpus": []}]),
+     r"warnings\[0\]: lacks nodes"),
+    ("warning_host_not_a_name", _top("warnings", [{"host": "gpu a", "text": "t", "gpus": [], "nodes": []}]),
+     r"warnings\[0\]\.host: must be an inventory host name"),
+    ("warning_text_not_text", _top("warnings", [{"host": "gpu-a", "text": 5, "gpus": [], "nodes": []}]),
+     r"warnings\[0\]\.text: must be a string"),
+    ("warning_text_too_long", _top("warnings", [{"host": "gpu-a", "text": "x" * 5000, "gpus": [], "nodes": []}]),
+     r"warnings\[0\]\.text: must be at most 4096 characters"),
+    ("warning_gpus_not_list", _top("warnings", [{"host": "gpu-a", "text": "t", "gpus": "GPU0", "nodes": []}]),
+     r"warnings\[0\]\.gpus: must be a list"),
+    ("warning_gpu_not_an_id", _top("warnings", [{"host": "gpu-a", "text": "t", "gpus": ["a b"], "nodes": []}]),
+     r"warnings\[0\]\.gpus\[0\]: must be a GPU id"),
+    ("warning_node_not_int", _top("warnings", [{"host": "gpu-a", "text": "t", "gpus": [], "nodes": ["0"]}]),
+     r"warnings\[0\]\.nodes\[0\]: must be an integer"),
+    ("warning_nodes_unsorted", _top("warnings", [{"host": "gpu-a", "text": "t", "gpus": [], "nodes": [1, 0]}]),
+     r"warnings\[0\]\.nodes: must be a sorted list of distinct NUMA nodes"),
+    ("warning_old_string_no_host", _top("warnings", ["gpu a: text"]), r"warnings\[0\]\.host: must be an inventory host"),
+    ("warning_old_string_no_separator", _top("warnings", ["gpu-a text"]), r"warnings\[0\]\.host: must not be empty"),
     ("totals_text", _top("totals", {"hosts": "3"}), r"totals\.hosts: must be an integer"),
     ("unused_not_list", _top("unused", {}), r"unused must be a list"),
     ("version_two", _top("artifact_version", 2), r"has artifact_version 2; this collection reads version 1"),
@@ -280,7 +299,7 @@ def test_a_partner_gone_from_the_inventory_leaves_a_plan_that_loads(kept):
     after = plan_artifact.merge_plans({"instances": [], "unused": [], "warnings": []}, kept, [],
                                       ["gpu-a", "gpu-m1"])["plan"]
     assert sorted(set(i["host"] for i in after["instances"])) == ["gpu-a"]
-    assert any("gpu-m2 left the inventory" in w for w in after["warnings"])
+    assert any("gpu-m2 left the inventory" in w["text"] and w["host"] == "gpu-m1" for w in after["warnings"])
     plan_artifact.load_artifact(plan_artifact.dump_artifact(after), NAME)
 
 

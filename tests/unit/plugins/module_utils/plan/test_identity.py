@@ -65,7 +65,7 @@ def test_mi300x_excluding_a_socket0_gpu_keeps_the_socket1_instance(mi300x):
     assert plan["instances"] == [socket1]  # name, ordinal, port, dist_port, CPUs, binding: as deployed
     assert plan["totals"] == positional["totals"]
     assert plan["unused"] == positional["unused"]
-    assert not any("0000:9f:00.0" in w for w in plan["warnings"])
+    assert not any("0000:9f:00.0" in w["text"] or "0000:9f:00.0" in w["gpus"] for w in plan["warnings"])
     # the same with the kept plan as a mapping; None or "" is the first run
     assert fleet_plan_by_host(fleet, deployed=artifact.load_artifact(kept))["instances"] == [socket1]
     assert fleet_plan_by_host(fleet, deployed="")["instances"] == positional["instances"]
@@ -332,7 +332,8 @@ def test_a_rerun_that_keeps_every_instance_keeps_every_warning():
     fleet = {"rtx": host_vars(facts, gpufleet_tp_size=4, gpufleet_reserved_cpus_per_socket=1)}
     kept = deploy(fleet)
     first = artifact.load_artifact(kept)
-    assert first["warnings"] and all(w.startswith("rtx: SMT siblings unknown") for w in first["warnings"])
+    assert first["warnings"] and all(w["host"] == "rtx" and w["text"].startswith("SMT siblings unknown")
+                                     for w in first["warnings"])
     again = fleet_plan_by_host(fleet, deployed=kept)
     assert again["instances"] == [dict(i) for i in first["instances"]]
     assert again["warnings"] == first["warnings"]

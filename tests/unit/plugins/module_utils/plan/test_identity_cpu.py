@@ -14,7 +14,7 @@ import os
 import pytest
 
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host, merge_plan
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact, identity
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology.capture import facts_from_capture
 from ansible_collections.gpufleet.numa.tests.fixtures.paths import MACHINES
 
@@ -58,10 +58,11 @@ def test_a_node_losing_its_cpus_moves_only_its_instance(mi50):
         ("vllm-0", [0, 2]), ("vllm-1", [4, 5]), ("vllm-2", [6, 7])]
     plan = fleet_plan_by_host(changed, deployed=kept)
     assert plan["instances"] == [deployed["vllm-1"], deployed["vllm-2"], deployed["vllm-3"]]
-    left = sorted(w for w in plan["warnings"] if "left over" in w)
-    assert [w.split(":")[1].strip() for w in left] == ["NUMA node 0 left over", "NUMA node 1 left over"]
-    assert "beside the instances kept as deployed" in left[0]
-    assert "none of its CPUs" in left[1]
+    left = sorted((w for w in plan["warnings"] if "left over" in w["text"]), key=lambda w: w["nodes"])
+    assert [(w["host"], w["gpus"], w["nodes"]) for w in left] == [("cpu", [], [0]), ("cpu", [], [1])]
+    assert [w["text"].split(":")[0] for w in left] == ["NUMA node 0 left over", "NUMA node 1 left over"]
+    assert "beside the instances kept as deployed" in left[0]["text"]
+    assert "none of its CPUs" in left[1]["text"]
 
 
 def test_a_rank_whose_node_memory_changed_is_formed_again_with_todays_memory(mi50):
@@ -111,3 +112,24 @@ def test_a_changed_device_class_plans_the_host_afresh():
     plan = fleet_plan_by_host({"cpu": {"ansible_facts": {"numa_topology": facts}, "gpufleet_tp_size": 4}},
                               deployed=kept)
     assert [(i["name"], i["device"]) for i in plan["instances"]] == [("vllm-0", "amd"), ("vllm-1", "amd")]
+
+
+@pytest.mark.parametrize("wording", ["NUMA node %d left over: %s", "%s; node %d stays idle"])
+def test_the_left_over_warnings_are_kept_by_their_nodes_whatever_their_words(wording):
+    """cpu_rest reads a warning's nodes, never its text: a node a survivor now
+    uses loses its warning, a node still left over keeps the fresh plan's
+    (worded as it is) and gets no second one, a node without one gets one."""
+    def warning(node, why):
+        text = wording % ((node, why) if wording.startswith("NUMA") else (why, node))
+        return {"host": "cpu", "text": text, "gpus": [], "nodes": [node]}
+
+    facts = {"numa_nodes": [{"id": n, "cpus": "%d-%d" % (4 * n, 4 * n + 3)} for n in range(4)]}
+    about_host = {"host": "cpu", "text": "SMT siblings unknown", "gpus": [], "nodes": []}
+    fresh = identity.HostPart([{"numa_nodes": [1]}], [], [warning(0, "was over"), warning(2, "still over"),
+                                                          about_host])
+    part = identity.cpu_rest("cpu", [{"numa_nodes": [0]}], fresh, facts, {"tp_size": 1})
+    assert part.instances == [{"numa_nodes": [1]}]
+    assert [(w["host"], w["nodes"]) for w in part.warnings] == [("cpu", [2]), ("cpu", []), ("cpu", [3])]
+    assert part.warnings[:2] == [warning(2, "still over"), about_host]
+    assert part.warnings[2] == {"host": "cpu", "gpus": [], "nodes": [3], "text": (
+        "NUMA node 3 left over: too few NUMA nodes beside the instances kept as deployed for another of tp_size 1")}

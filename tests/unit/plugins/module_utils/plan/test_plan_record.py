@@ -104,9 +104,10 @@ def test_forget_routed_and_to_remove(facts):
 
 def test_warnings_follow_their_hosts(facts):
     first = proposal(facts)
-    first["warnings"] = ["h100: one", "rtx4090: two"]
+    one = {"host": "h100", "text": "one", "gpus": [], "nodes": [0]}
+    first["warnings"] = [one, {"host": "rtx4090", "text": "two", "gpus": [], "nodes": []}]
     record = plan_record.record_hosts(None, first, ["h100"], {})
-    assert record["warnings"] == ["h100: one"]
+    assert record["warnings"] == [one]
     assert plan_record.forget_hosts(record, ["h100"])["warnings"] == []
 
 
