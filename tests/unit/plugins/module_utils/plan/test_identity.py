@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_pa
 from ansible_collections.gpufleet.numa.plugins.filter.plan_artifact import fleet_plan_by_host, merge_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement.options import FLEET_OPTIONS
-from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact, identity
 from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capture as topology
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_hosts import make_facts
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.placement.test_search_reference import random_host
@@ -337,3 +337,17 @@ def test_a_rerun_that_keeps_every_instance_keeps_every_warning():
     again = fleet_plan_by_host(fleet, deployed=kept)
     assert again["instances"] == [dict(i) for i in first["instances"]]
     assert again["warnings"] == first["warnings"]
+
+
+def test_a_re_planned_host_keeps_warnings_by_the_gpus_they_concern_not_their_words():
+    """The fresh plan's warnings about the host itself (no GPU) or about a GPU a
+    kept instance holds stay; its others give way to the re-plan's, which
+    never speak of a held GPU: read from each record's gpus, whatever the text."""
+    def w(text, *gpus):
+        return {"host": "h", "text": text, "gpus": list(gpus), "nodes": []}
+
+    host, held_gpu, other = w("a note on no GPU"), w("words about g0", "g0"), w("old words about g1", "g1")
+    fresh = [held_gpu, other, host]
+    rest = [w("the re-plan's words about g0", "g0"), w("new words about g1", "g1"), host]
+    assert identity._warnings(fresh, rest, {"g0"}) == [held_gpu, host, w("new words about g1", "g1")]
+    assert identity._warnings([other], [other], {"g0"}) == [other]
