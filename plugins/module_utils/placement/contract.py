@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from operator import itemgetter
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import record_values
 
 # The fields of fleet_plan's result, and the kept plan's own around them.
 PLAN_FIELDS = ("instances", "unused", "warnings", "totals")
@@ -61,6 +62,27 @@ def binding(instance):
     """The instance's binding {cpus, mems, policy, by_node, mode?, workers?}, or None."""
     value = instance.get("binding") if isinstance(instance, dict) else None
     return value if isinstance(value, dict) else None
+
+
+def check_binding(where, value, mems):
+    """A plan instance's binding, checked the one way for the kept plan
+    (plan/check.py) and the role (deploy/vllm/instance.py): a mapping with
+    BINDING_FIELDS, cpus a cpulist, mems as MEMS(name, value) checks them
+    (the callers differ in bounds), policy bind or interleave, by_node a
+    boolean, mode process or per_worker (none: a plan kept from before
+    per-worker binding, bound by process). Errors name WHERE and the field.
+    Returns {cpus (the text), cpu_set, mems, policy, mode}."""
+    value = record_values.mapping(where, value)
+    for field in BINDING_FIELDS:
+        if field not in value:
+            checks.fail(where, "lacks %s (needs %s)" % (field, ", ".join(BINDING_FIELDS)), value)
+    cpu_set = record_values.cpus(where + ".cpus", value["cpus"])
+    nodes = mems(where + ".mems", value["mems"])
+    policy = checks.choice(where + ".policy", value["policy"], ("bind", "interleave"))
+    if not isinstance(value["by_node"], bool):
+        checks.fail(where + ".by_node", "must be a boolean", value["by_node"])
+    mode = checks.choice(where + ".mode", value.get("mode", "process"), ("process", "per_worker"))
+    return {"cpus": value["cpus"], "cpu_set": cpu_set, "mems": nodes, "policy": policy, "mode": mode}
 
 
 def device(instance):

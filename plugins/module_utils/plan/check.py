@@ -218,16 +218,8 @@ def _check_gpus(where, gpus, indices):
 
 
 def _check_binding(where, binding, indices):
-    binding = _mapping(where, binding)
-    for field in contract.BINDING_FIELDS:
-        if field not in binding:
-            checks.fail(where, "lacks %s (needs %s)" % (field, ", ".join(contract.BINDING_FIELDS)), binding)
-    cpus = _cpus(where + ".cpus", binding["cpus"])
-    nodes = set(_nodes(where + ".mems", binding["mems"], minimum=1))
-    checks.choice(where + ".policy", binding["policy"], ("bind", "interleave"))
-    if not isinstance(binding["by_node"], bool):
-        checks.fail(where + ".by_node", "must be a boolean", binding["by_node"])
-    mode = checks.choice(where + ".mode", binding.get("mode", "process"), ("process", "per_worker"))
+    checked = contract.check_binding(where, binding, lambda name, value: _nodes(name, value, minimum=1))
+    cpus, nodes, mode = checked["cpu_set"], set(checked["mems"]), checked["mode"]
     workers = _list(where + ".workers", binding.get("workers", []), MAX_GPUS_PER_HOST)
     for i, worker in enumerate(workers):
         at = "%s.workers[%d]" % (where, i)

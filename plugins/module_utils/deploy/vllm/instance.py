@@ -14,6 +14,7 @@ import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import record_values
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import join_values
@@ -29,12 +30,6 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.placement import con
 PER_WORKER_SINCE = (0, 20)
 
 
-_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}"
-
-
-_CPULIST = r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?)*"
-
-
 def check_instance(index, instance):
     """One plan instance (docs/plan.md), checked; returns the fields the unit uses."""
     where = "vllm_instances[%d]" % index
@@ -46,7 +41,7 @@ def check_instance(index, instance):
     if missing:
         raise ValueError("%s: lacks %s (fleet_plan instances carry them; docs/plan.md)"
                          % (label, ", ".join(missing)))
-    name = checks.text(where + ".name", instance["name"], _NAME, "must be [A-Za-z0-9_.-], starting with a letter or digit")
+    name = checks.text(where + ".name", instance["name"], record_values.NAME, record_values.NAME_RULE)
     device = devices.instance_device(label, instance)
     tp_size = checks.integer(label + ".tp_size", instance["tp_size"], 1, 1024)
     pp_size = checks.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
@@ -60,24 +55,9 @@ def check_instance(index, instance):
     if len(gpus) != local or len(set(gpus)) != len(gpus):
         checks.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
                     % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
-    binding = mapping(label + ".binding", instance["binding"])
-    for field in ("cpus", "mems", "policy", "by_node"):
-        if field not in binding:
-            checks.fail(label + ".binding", "lacks %s (needs cpus, mems, policy, by_node)" % field, binding)
-    cpus = checks.text(label + ".binding.cpus", binding["cpus"], _CPULIST, "must be a cpulist such as 0-47,96-143")
-    try:
-        parse_cpulist(cpus)
-    except ValueError as exc:
-        checks.fail(label + ".binding.cpus", str(exc), cpus)
-    mems = [checks.integer("%s.binding.mems[%d]" % (label, i), m, 0, 4095)
-            for i, m in enumerate(as_list(label + ".binding.mems", binding["mems"]))]
-    if not mems or mems != sorted(set(mems)):
-        checks.fail(label + ".binding.mems", "must be a non-empty sorted list of distinct NUMA nodes", mems)
-    policy = checks.choice(label + ".binding.policy", binding["policy"], ("bind", "interleave"))
-    if not isinstance(binding["by_node"], bool):
-        checks.fail(label + ".binding.by_node", "must be a boolean", binding["by_node"])
-    # Plans kept from before per-worker binding have no mode: they bind by process.
-    mode = checks.choice(label + ".binding.mode", binding.get("mode", "process"), ("process", "per_worker"))
+    checked = contract.check_binding(label + ".binding", instance["binding"], _mems)
+    binding = instance["binding"]
+    cpus, mems, policy, mode = checked["cpus"], checked["mems"], checked["policy"], checked["mode"]
     workers = _workers(label, binding, gpus, cpus) if mode == "per_worker" else []
     ranks = _ranks(label, binding, tp_size, cpus, mems, mode) if device == "cpu" else []
     port = checks.port(label + ".port", instance["port"])
@@ -89,6 +69,14 @@ def check_instance(index, instance):
             "gpu_indices": gpus, "cpus": cpus,
             "mems": mems, "policy": policy, "by_node": binding["by_node"], "mode": mode, "workers": workers,
             "port": port, "dist_port": dist_port, "reason": reason, "multinode": multinode}
+
+
+def _mems(name, value):
+    """binding.mems as the role takes them: a non-empty sorted list of distinct NUMA nodes."""
+    mems = [checks.integer("%s[%d]" % (name, i), m, 0, 4095) for i, m in enumerate(as_list(name, value))]
+    if not mems or mems != sorted(set(mems)):
+        checks.fail(name, "must be a non-empty sorted list of distinct NUMA nodes", mems)
+    return mems
 
 
 def _multinode(label, value, pp_size):
@@ -132,7 +120,7 @@ def _workers(label, binding, gpus, cpus):
         node = checks.integer("%s[%d].node" % (where, i), worker.get("node"), 0, 4095)
         worker_cpus = ""
         if not binding["by_node"]:
-            worker_cpus = checks.text("%s[%d].cpus" % (where, i), worker.get("cpus"), _CPULIST,
+            worker_cpus = checks.text("%s[%d].cpus" % (where, i), worker.get("cpus"), record_values.CPULIST,
                                       "must be a cpulist such as 0-47,96-143")
             try:
                 outside = set(parse_cpulist(worker_cpus)) - allowed
@@ -174,7 +162,8 @@ def _ranks(label, binding, tp_size, cpus, mems, mode):
         node = checks.integer(at + ".node", rank.get("node"), 0, 4095)
         if node not in mems:
             checks.fail(at + ".node", "must be one of binding.mems %s" % join_values(mems), node)
-        rank_cpus = checks.text(at + ".cpus", rank.get("cpus"), _CPULIST, "must be a cpulist such as 0-47,96-143")
+        rank_cpus = checks.text(at + ".cpus", rank.get("cpus"), record_values.CPULIST,
+                                "must be a cpulist such as 0-47,96-143")
         try:
             outside = set(parse_cpulist(rank_cpus)) - allowed
         except ValueError as exc:
