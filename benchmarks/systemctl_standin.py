@@ -10,7 +10,11 @@ reads it (tests/system/systemd_exec.py: ExecStart=, Environment=,
 EnvironmentFile=), detached, then its ExecStartPost= commands in turn, and
 returns when they have: like systemd's start job of a Type=exec unit with
 an ExecStartPost=. ExecStartPre= commands prefixed `-` are skipped (on a
-real host they load GPU drivers). The sandbox is not applied.
+real host they load GPU drivers). The sandbox is not applied, and neither
+is ExecStop= (stop sends SIGTERM to the process group). RuntimeDirectory=
+is made under /run before the start and removed after the stop, as systemd
+does. A .socket unit
+(the gateways' agent) is only marked active or inactive: nothing listens.
 
     python3 systemctl_standin.py UNIT_DIR STATE_DIR COMMAND [UNIT]
 
@@ -20,6 +24,7 @@ directories. Not for anything else.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,7 +67,16 @@ def alive(pid):
         return False
 
 
-def stop(state_dir, unit, state):
+def runtime_directories(unit_dir, unit):
+    """The unit's RuntimeDirectory= paths (under /run) and their mode."""
+    with open(os.path.join(unit_dir, unit)) as handle:
+        sections = read_unit(handle.read(), unit)
+    modes = unit_values(sections, "Service", "RuntimeDirectoryMode")
+    names = [name for line in unit_values(sections, "Service", "RuntimeDirectory") for name in line.split()]
+    return [os.path.join("/run", name) for name in names], int(modes[-1], 8) if modes else 0o755
+
+
+def stop(state_dir, unit, state, unit_dir=None):
     pid = state.get("pid", 0)
     if alive(pid):
         os.killpg(pid, signal.SIGTERM)
@@ -73,6 +87,9 @@ def stop(state_dir, unit, state):
             os.killpg(pid, signal.SIGKILL)
     state["pid"] = 0
     save(state_dir, unit, state)
+    if unit_dir and os.path.exists(os.path.join(unit_dir, unit)):
+        for path in runtime_directories(unit_dir, unit)[0]:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def start(unit_dir, state_dir, unit, state):
@@ -80,6 +97,9 @@ def start(unit_dir, state_dir, unit, state):
         return 0
     path = os.path.join(unit_dir, unit)
     process = service_process(path, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    paths, mode = runtime_directories(unit_dir, unit)
+    for runtime in paths:
+        os.makedirs(runtime, mode=mode, exist_ok=True)
     with open(path) as handle:
         sections = read_unit(handle.read(), unit)
     log = open(os.path.join(state_dir, unit + ".log"), "ab")
@@ -92,7 +112,7 @@ def start(unit_dir, state_dir, unit, state):
         status = subprocess.run(argv, env=process["environment"], stdout=log, stderr=subprocess.STDOUT,
                                 check=False).returncode
         if status and "-" not in prefixes:
-            stop(state_dir, unit, state)
+            stop(state_dir, unit, state, unit_dir)
             sys.stderr.write("Job for %s failed (ExecStartPost=).\n" % unit)
             return 1
     return 0
@@ -108,7 +128,8 @@ def main(argv):
         return 1
     exists = os.path.exists(os.path.join(unit_dir, unit))
     state = load(state_dir, unit)
-    running = alive(state.get("pid", 0))
+    socket = unit.endswith(".socket")
+    running = bool(state.get("listening")) if socket else alive(state.get("pid", 0))
     if command == "show":
         print("Id=%s" % unit)
         print("LoadState=%s" % ("loaded" if exists else "not-found"))
@@ -130,13 +151,17 @@ def main(argv):
         state["enabled"] = command == "enable"
         save(state_dir, unit, state)
         return 0
+    if socket and command in ("stop", "start", "restart"):
+        state["listening"] = command != "stop"
+        save(state_dir, unit, state)
+        return 0
     if command == "stop":
-        stop(state_dir, unit, state)
+        stop(state_dir, unit, state, unit_dir)
         return 0
     if command == "start":
         return start(unit_dir, state_dir, unit, state)
     if command == "restart":
-        stop(state_dir, unit, state)
+        stop(state_dir, unit, state, unit_dir)
         return start(unit_dir, state_dir, unit, state)
     sys.stderr.write("systemctl stand-in: %s is not supported\n" % command)
     return 1

@@ -97,7 +97,8 @@ def demo(tmp_path_factory):
         servers[name] = (address, int(port))
     units = {}
     for host in hosts:
-        for unit in sorted((staging / host / "etc" / "systemd" / "system").glob("gpufleet-*.service")):
+        # The instances' units (the host's agent for the gateways, gpufleet-agent*, runs no instance).
+        for unit in sorted((staging / host / "etc" / "systemd" / "system").glob("gpufleet-vllm-*.service")):
             units["%s-%s" % (host, unit.name[len("gpufleet-"):-len(".service")])] = unit
 
     processes = ProcessGroup(str(tmp_path))

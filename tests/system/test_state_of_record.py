@@ -34,9 +34,15 @@ def recorded(fleet, host):
     return [(i["name"], i["gpu_indices"], i["port"], i["cpus"]) for i in record(fleet)["instances"] if i["host"] == host]
 
 
+# The host's agent for the gateways (a socket and its service), beside its instances.
+AGENT = ["gpufleet-agent.socket", "gpufleet-agent@.service"]
+
+
 def units(fleet, host):
+    """Every unit file of the role on the host: its instances' and its agent's."""
     folder = fleet["staging"] / host / "etc" / "systemd" / "system"
-    return sorted(p.name for p in folder.glob("gpufleet-*.service")) if folder.exists() else []
+    return sorted(p.name for p in folder.glob("gpufleet-*") if p.suffix in (".service", ".socket")) \
+        if folder.exists() else []
 
 
 def expected_routes(fleet):
@@ -70,9 +76,9 @@ def test_the_record_is_what_runs(fleet):
     assert "failed: %s: not deployed" % H100 in out
     assert recorded(fleet, RTX) == first[RTX][1:]
     assert "deployed: %s: vllm-0 removed (GPUs 0,1,2,3, :8000); 1 instance unchanged" % RTX in out
-    assert units(fleet, RTX) == ["gpufleet-vllm-1.service"]
+    assert units(fleet, RTX) == AGENT + ["gpufleet-vllm-1.service"]
     assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 5
-    assert units(fleet, A6000) == ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
+    assert units(fleet, A6000) == AGENT + ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
 
     # A run limited to one GPU host whose instances change (tp 2 there):
     # deployed and recorded, and the end of the run says the gateways do not

@@ -19,9 +19,15 @@ from ansible_collections.gpufleet.numa.tests.fixtures.demo_fleet import (
 MARKER = "# Managed by gpufleet.numa (role vllm)\n"
 
 
+# The host's agent for the gateways (a socket and its service), beside its instances.
+AGENT = ["gpufleet-agent.socket", "gpufleet-agent@.service"]
+
+
 def units(fleet, host):
+    """Every unit file of the role on the host: its instances' and its agent's."""
     folder = fleet["staging"] / host / "etc" / "systemd" / "system"
-    return sorted(p.name for p in folder.glob("gpufleet-*.service")) if folder.exists() else []
+    return sorted(p.name for p in folder.glob("gpufleet-*") if p.suffix in (".service", ".socket")) \
+        if folder.exists() else []
 
 
 def retire_a6000(groups):
@@ -39,7 +45,7 @@ def test_a_damaged_record_cannot_take_down_what_it_names(tmp_path):
     fleet = demo_copy(tmp_path)
     base = write_inventory(fleet, "hosts.yml")
     run(fleet, "deploy_inference.yml", base)
-    assert units(fleet, A6000) == ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
+    assert units(fleet, A6000) == AGENT + ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
 
     # Planted services that carry the role's marker, and a record pointing there.
     planted = tmp_path / "planted"
@@ -59,7 +65,7 @@ def test_a_damaged_record_cannot_take_down_what_it_names(tmp_path):
     assert "Deploy one NUMA-bound vLLM unit" not in out
     assert sorted(p.name for p in planted.iterdir()) == ["haproxy.service", "secrets.env", "ssh.service"]
     assert (fleet["staging"] / "gpufleet-plan.json").read_bytes() == before
-    assert units(fleet, A6000) == ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
+    assert units(fleet, A6000) == AGENT + ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
 
 
 def test_a_host_leaves_the_record_only_once_its_units_are_gone(tmp_path):
