@@ -199,3 +199,67 @@ def test_a_gpu_instance_formed_again_takes_the_ordinal_of_its_gpus(mi300x):
                               deployed=kept)
     assert [(i["name"], i["gpus"][0]["id"]) for i in plan["instances"]] == [
         ("vllm-%d" % n, mi300x["gpus"][n]["id"]) for n in (0, 2, 3, 4, 5, 6, 7)]
+
+
+def test_a_share_whose_head_left_the_fleet_is_formed_again():
+    """gpu-a and gpu-b ran one tp4 x pp4 instance (head gpu-a); gpu-a
+    leaves and gpu-c joins: gpu-b's share is the fresh plan's, its head
+    gpu-b, never its kept share naming the old head."""
+    h100 = facts_from_capture(os.path.join(MACHINES, "h100_sxm_8gpu_nvswitch", "capture.yml"))
+
+    def fleet(*hosts):
+        return dict((host, _host(h100, gpufleet_tp_size=4, gpufleet_pp_size=4, gpufleet_nodes_per_instance=2))
+                    for host in hosts)
+
+    kept = _deploy(fleet("gpu-a", "gpu-b"))
+    plan = fleet_plan_by_host(fleet("gpu-b", "gpu-c"), deployed=kept)
+    assert [(i["host"], i["multinode"]["head"], i["multinode"]["node_rank"]) for i in plan["instances"]] == [
+        ("gpu-b", "gpu-b", 0), ("gpu-c", "gpu-b", 1)]
+    assert plan == fleet_plan_by_host(fleet("gpu-b", "gpu-c"))
+
+
+def test_unused_gpus_beside_kept_instances_are_listed_by_index_those_without_last(mi300x):
+    """An MI300X whose GPU indexes run against its bus order (index 7 on
+    the first bus, down to 0), one GPU (the fourth bus) without index; four
+    tp1 instances (the cap) kept or formed again: the unused GPUs are listed
+    by index, the one without index last."""
+    facts = copy.deepcopy(mi300x)
+    for position, gpu in enumerate(facts["gpus"]):
+        gpu["index"] = 7 - position
+    facts["gpus"][3]["index"] = None
+    capped = dict(gpufleet_tp_size=1, gpufleet_max_instances_per_host=4)
+    kept = _deploy({"mi": _host(facts, **capped)})
+    assert _gpus(artifact.load_artifact(kept)) == [("vllm-0", [7]), ("vllm-1", [6]), ("vllm-2", [5]), ("vllm-3", [None])]
+    for excluded, unused in ((0, [0, 1, 2, 7]), (3, [0, 1, 2, None])):
+        plan = fleet_plan_by_host({"mi": _host(facts, gpufleet_exclude_gpus=[facts["gpus"][excluded]["id"]], **capped)},
+                                  deployed=kept)
+        assert len(plan["instances"]) == 4
+        assert [u["index"] for u in plan["unused"]] == unused
+
+
+def test_kept_instances_keep_the_warnings_about_their_gpus():
+    """DGX-2 at tp 2: each instance gets one CPU for two GPUs (a warning
+    naming its GPUs). GPU 15 excluded: the seven instances on GPUs 0-13
+    are kept, each with its warning; the gone instance's warning is gone."""
+    dgx2 = facts_from_capture(os.path.join(MACHINES, "dgx2_v100_16gpu_nvswitch", "capture.yml"))
+    kept = _deploy({"dgx": _host(dgx2, gpufleet_tp_size=2)})
+    deployed = artifact.load_artifact(kept)
+    about = [w for w in deployed["warnings"] if w["gpus"]]
+    assert len(about) == 8 and all(len(w["gpus"]) == 2 for w in about)
+    plan = fleet_plan_by_host({"dgx": _host(dgx2, gpufleet_tp_size=2, gpufleet_exclude_gpus=[dgx2["gpus"][15]["id"]])},
+                              deployed=kept)
+    assert plan["instances"] == deployed["instances"][:7]
+    assert [w["gpus"] for w in plan["warnings"] if w["gpus"]] == [
+        [g["id"] for g in i["gpus"]] for i in deployed["instances"][:7]]
+    assert len([w for w in plan["warnings"] if not w["gpus"]]) == 2  # the CPUs each NUMA node shares
+
+
+def test_a_gpu_back_beside_kept_instances_gives_the_fresh_plan_and_each_warning_once():
+    dgx2 = facts_from_capture(os.path.join(MACHINES, "dgx2_v100_16gpu_nvswitch", "capture.yml"))
+    kept = _deploy({"dgx": _host(dgx2, gpufleet_tp_size=2, gpufleet_exclude_gpus=[dgx2["gpus"][15]["id"]])})
+    assert len(artifact.load_artifact(kept)["instances"]) == 7
+    fresh = fleet_plan_by_host({"dgx": _host(dgx2, gpufleet_tp_size=2)})
+    plan = fleet_plan_by_host({"dgx": _host(dgx2, gpufleet_tp_size=2)}, deployed=kept)
+    assert plan["instances"] == fresh["instances"]
+    assert plan["warnings"] == fresh["warnings"]
+    assert len(plan["warnings"]) == 10
