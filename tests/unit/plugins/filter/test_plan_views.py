@@ -64,9 +64,9 @@ def test_gateway_backends_uses_each_hosts_address():
     addresses = {"gpu-a": "10.0.0.11", "gpu-b": "fd00:0::12", "gpu-unused": None}
     assert gateway_backends(plan, addresses) == [
         {"name": "gpu-a-vllm-0", "host": "gpu-a", "address": "10.0.0.11", "port": 8000,
-         "model": "llama-3.1-70b", "backend": "model-llama-3.1-70b"},
+         "model": "llama-3.1-70b", "backend": "model-llama-3.1-70b", "agent": "vllm-0"},
         {"name": "gpu-b-vllm-0", "host": "gpu-b", "address": "fd00::12", "port": 8001,
-         "model": "llama-3.1-70b", "backend": "model-llama-3.1-70b"},
+         "model": "llama-3.1-70b", "backend": "model-llama-3.1-70b", "agent": "vllm-0"},
     ]
 
 

@@ -46,7 +46,8 @@ def test_vllm_stale_and_restarting_are_filter_shells():
 def test_vllm_rollout_reads_the_role_state_of_the_batch_from_hostvars():
     filters = FilterModule().filters()
     units = VLLM_UNITS([INSTANCE], VARIABLES)
-    changed = [{"__vllm_file": units["files"][-1], "changed": True}]
+    unit = next(f for f in units["files"] if f["path"].endswith("/gpufleet-vllm-0.service"))
+    changed = [{"__vllm_file": unit, "changed": True}]
     hostvars = {"a": {"__vllm": units, "__vllm_written": {"results": changed}},
                 "b": {"__vllm": VLLM_UNITS([INSTANCE, dict(INSTANCE, name="vllm-1", port=8001, dist_port=29100)],
                                            VARIABLES), "__vllm_written": {"results": []}},

@@ -37,9 +37,9 @@ def test_no_other_option_is_a_prefix_of_one_the_unit_sets():
 
 
 def rendered_options():
-    """(case, option) of every --option in the golden units' ExecStart and option files."""
+    """(case, option) of every --option in the instances' golden units' ExecStart and option files."""
     found = set()
-    for path in GOLDEN.glob("*/*.service"):
+    for path in GOLDEN.glob("*/gpufleet-vllm-*.service"):
         command = re.search(r"^ExecStart=(.*?)(?<!\\)$", path.read_text().replace("\\\n", " "), re.M).group(1)
         vllm = command.split(" serve ", 1)[1] if " serve " in command else command.split("api_server", 1)[1]
         found.update((path.parent.name, word[2:].split("=")[0]) for word in vllm.split() if word.startswith("--"))
