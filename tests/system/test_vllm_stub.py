@@ -323,3 +323,31 @@ def test_vllm_stub_rank_fails_when_its_head_dies(processes):
     processes.signal("head", signal.SIGKILL)
     assert processes.processes["rank1"][0].wait(10) == 1
     assert "head %s:%d closed the connection" % (ADDRESS, master_port) in processes.log("rank1")
+
+
+def metric(port, name, labels=""):
+    """The value of metric NAME (with LABELS among its labels) on /metrics."""
+    for line in http_request(ADDRESS, port, "GET", "/metrics")[2].decode().splitlines():
+        if line.startswith(name + "{") and labels in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no %s{%s} on /metrics" % (name, labels))
+
+
+def test_vllm_stub_aborts_a_non_streamed_request_whose_client_left(processes):
+    """As vLLM does: the client's close stops the generation, counted as an
+    abort and logged, while a request whose client waits is answered."""
+    port = start_stub(processes, ["m"])
+    body = json.dumps({"model": "m", "max_tokens": 50, "stub_token_delay": 0.2}).encode()
+    with socket.create_connection((ADDRESS, port), timeout=5) as conn:
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: s\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        wait_until(lambda: metric(port, "vllm:num_requests_running") == 1, 10, what="the request in flight")
+    wait_until(lambda: metric(port, "vllm:num_requests_running") == 0, 3, what="the abort")
+    assert metric(port, "vllm:request_success_total", 'finished_reason="abort"') == 1
+    assert metric(port, "vllm:request_success_total", 'finished_reason="length"') == 0
+    log = processes.log("stub")
+    assert log.count("Received request cmpl-") == 1 and log.count("Aborted request cmpl-") == 1, log
+    status, dummy, answer = http_request(ADDRESS, port, "POST", "/v1/completions",
+                                         {"model": "m", "max_tokens": 3, "stub_token_delay": 0.05})
+    assert (status, json.loads(answer)["choices"][0]["text"]) == (200, "stub0 stub1 stub2")
+    assert metric(port, "vllm:request_success_total", 'finished_reason="length"') == 1
