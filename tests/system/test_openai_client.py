@@ -175,6 +175,7 @@ def error_of(raised, status):
     """The OpenAI-shaped error body of an APIStatusError with STATUS."""
     error = raised.value
     print("\n%s %d: %s" % (type(error).__name__, error.status_code, error.body))
+    assert isinstance(error.body, dict), "not JSON in OpenAI's error shape: %r" % (error.body,)
     assert error.status_code == status and error.body["code"] == status, error.body
     assert error.body["type"].endswith("Error") and error.body["message"] in error.message, error.body
     return error.body
