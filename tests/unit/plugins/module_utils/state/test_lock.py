@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -24,6 +25,14 @@ def _revision():
 @pytest.fixture
 def sleeper():
     proc = subprocess.Popen(["sleep", "300"])
+    # Popen may return (vfork) before the kernel has set the new program's
+    # arguments: wait until /proc shows them, as a holder's own lock would.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open("/proc/%d/cmdline" % proc.pid, "rb") as handle:
+            if handle.read():
+                break
+        time.sleep(0.01)
     yield proc
     proc.kill()
     proc.wait()
