@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters of role gpufleet.numa.vllm: what each vLLM unit of a host runs
-(vllm_units), which files are stale (vllm_stale), which instances restart
+(vllm_units), what it looks at before it writes (vllm_look), which files are stale (vllm_stale), which instances restart
 (vllm_restarting), what each host rolls in which ordinal (vllm_rollout),
 what the host runs once the role succeeded (vllm_deployed) and whether the
 service manager is gathered first (vllm_wants_service_mgr).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, rollout
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, layout, rollout
 
 
 def vllm_units(instances, variables):
@@ -26,6 +26,14 @@ def vllm_units(instances, variables):
         return host_state.host_units(_plain(instances), _plain(dict(variables)))
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.vllm_units: %s" % exc)
+
+
+def vllm_look(variables):
+    """The paths role vllm looks at before it writes (deploy/vllm/layout.py)."""
+    variables = _plain(variables)
+    if not isinstance(variables, dict):
+        raise AnsibleFilterError("gpufleet.numa.vllm_look expects the role's variables (a mapping)")
+    return layout.look_paths(variables)
 
 
 def vllm_stale(found, files):
@@ -96,6 +104,6 @@ def vllm_wants_service_mgr(manage_service, service_mgr=""):
 
 class FilterModule(object):
     def filters(self):
-        return {"vllm_units": vllm_units, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting,
+        return {"vllm_units": vllm_units, "vllm_look": vllm_look, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting,
                 "vllm_rollout": vllm_rollout, "vllm_deployed": vllm_deployed,
                 "vllm_wants_service_mgr": vllm_wants_service_mgr}

@@ -95,7 +95,8 @@ def golden_units(root):
             target = root / "staging" / "etc" / "vllm" / path.name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-        elif path.suffix == ".service":
+        elif path.suffix == ".service" and not path.name.startswith("gpufleet-agent"):
+            # (the host's agent for the gateways runs no engine)
             units.append((path.parent.name, path.name) + engine_arguments(exec_start(text)))
     return units
 

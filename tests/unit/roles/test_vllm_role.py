@@ -193,6 +193,16 @@ def unit_dir(root):
     return root / "staging/etc/systemd/system"
 
 
+# The host's agent for the gateways: a socket and the service it starts per
+# connection, beside the instances' units (deploy/gateway/agent.py).
+AGENT_UNITS = ["gpufleet-agent.socket", "gpufleet-agent@.service"]
+
+
+def instance_units(root):
+    """The instances' units of a rendered host, sorted (not the agent's)."""
+    return [path for path in sorted(unit_dir(root).glob("*.service")) if path.name not in AGENT_UNITS]
+
+
 def config_dir(root):
     return root / "staging/etc/vllm"
 
@@ -411,7 +421,7 @@ def test_vllm_binding_follows_the_plan(rendered):
     """Spot checks written from the recorded topologies, not from the filter."""
     def argv(case):
         root = rendered["roots"][case]
-        return [systemd_reading(path)["argv"] for path in sorted(unit_dir(root).glob("*.service"))]
+        return [systemd_reading(path)["argv"] for path in instance_units(root)]
     # h100: whole sockets, nodes 0 and 1.
     assert [a[1:3] for a in argv("h100_tp4")] == [["--cpunodebind=0", "--membind=0"],
                                                   ["--cpunodebind=1", "--membind=1"]]
@@ -465,7 +475,8 @@ def test_vllm_secrets_only_in_environment_file(rendered):
     for path in unit_dir(root).iterdir():
         text = path.read_text()
         assert "SECRET123" not in text and "sk-" not in text
-        assert "EnvironmentFile=%s" % secrets in text
+        # every instance reads them; the agent needs none
+        assert ("EnvironmentFile=%s" % secrets in text) == (path.name not in AGENT_UNITS), path.name
     assert "SECRET123" not in rendered["output"] and "sk-" not in rendered["output"]
 
 
@@ -493,7 +504,7 @@ def test_vllm_strict_hardening_verifies_and_scores_lower(rendered, tmp_path):
 
 def test_vllm_strict_hardening_on_amd_allows_kfd_and_drm_only(rendered):
     """An AMD unit's strict sandbox opens /dev/kfd and the DRM nodes, none of NVIDIA's."""
-    for path in sorted(unit_dir(rendered["roots"]["mi300x_amd_tp2_strict"]).glob("*.service")):
+    for path in instance_units(rendered["roots"]["mi300x_amd_tp2_strict"]):
         assert verify_unit(path) == (0, "")
         text = path.read_text()
         assert re.findall(r"^DeviceAllow=(.*)$", text, re.M) == ["/dev/kfd rw", "char-drm rw"]
@@ -504,7 +515,7 @@ def test_vllm_strict_hardening_on_amd_allows_kfd_and_drm_only(rendered):
 def test_vllm_device_classes_as_systemd_reads_them(rendered):
     """Spot checks written from the instances and the contract, not from the filter."""
     def readings(case):
-        return [systemd_reading(path) for path in sorted(unit_dir(rendered["roots"][case]).glob("*.service"))]
+        return [systemd_reading(path) for path in instance_units(rendered["roots"][case])]
     amd = readings("mi300x_amd_tp2")
     assert [r["environment"]["ROCR_VISIBLE_DEVICES"] for r in amd] == ["0,1", "2,3", "4,5", "6,7"]
     for reading in amd:
@@ -526,7 +537,7 @@ def test_vllm_device_classes_as_systemd_reads_them(rendered):
     tp1 = readings("cpu_tp1")
     assert [r["environment"]["VLLM_CPU_OMP_THREADS_BIND"] for r in tp1] == ["0-15,64-79", "16-31,80-95"]
     assert [r["environment"]["VLLM_CPU_KVCACHE_SPACE"] for r in tp1] == ["40", "40"]
-    for path in sorted(unit_dir(rendered["roots"]["cpu_tp1"]).glob("*.service")):
+    for path in instance_units(rendered["roots"]["cpu_tp1"]):
         text = path.read_text()
         assert "nvidia" not in text.lower() and "VISIBLE_DEVICES" not in text and "ExecStartPre" not in text
 
@@ -684,7 +695,8 @@ def test_vllm_version_bump_rewrites_every_unit_and_restarts_every_instance(tmp_p
                          report_out=str(tmp_path / "report.json"))
         rc, output, dummy = run_hosts(tmp_path, {"host": variables}, playbook=REPORT_PLAYBOOK)
         assert rc == 0, output
-        rewritten = re.findall(r"^changed: \[host\] => \(item=(gpufleet-\S+\.service)\)$", output, re.M)
+        # the instances' units (the agent's do not carry the engine)
+        rewritten = re.findall(r"^changed: \[host\] => \(item=(gpufleet-(?!agent@)\S+\.service)\)$", output, re.M)
         return sorted(rewritten), json.loads((tmp_path / "report.json").read_text())
 
     names = ["gpufleet-%s.service" % i["name"] for i in instances]
@@ -742,7 +754,7 @@ def test_vllm_shrinking_plan_removes_only_stale_managed_files(tmp_path):
     (config_dir(tmp_path) / "gpufleet-notes.yaml").write_text("# mine\n# Managed by gpufleet.numa (role vllm)\n")
 
     assert run(vllm_instances=instances[:1], **extra) > 0
-    assert sorted(p.name for p in units.iterdir()) == sorted(["gpufleet-vllm-0.service"] + list(foreign))
+    assert sorted(p.name for p in units.iterdir()) == sorted(AGENT_UNITS + ["gpufleet-vllm-0.service"] + list(foreign))
     for name, text in foreign.items():
         assert (units / name).read_text() == text
     assert sorted(p.name for p in config_dir(tmp_path).iterdir()) == [
@@ -753,7 +765,7 @@ def test_vllm_shrinking_plan_removes_only_stale_managed_files(tmp_path):
     assert sorted(p.name for p in config_dir(tmp_path).iterdir()) == ["gpufleet-notes.yaml", "secrets.env"]
     assert "--config" not in (units / "gpufleet-vllm-0.service").read_text()
 
-    # An empty plan removes the role's last unit and nothing else.
+    # An empty plan removes the role's last unit (and the agent it no longer needs) and nothing else.
     assert run(vllm_instances=[]) > 0
     assert sorted(p.name for p in units.iterdir()) == sorted(foreign)
 

@@ -60,12 +60,13 @@ import shlex
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import agent
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command import (
-    AGENT, AGENT_STATE, CHECKER, WAIT_READY, agent_units, engine_label, instance_unit, unique)
+    MANAGED_MARKER, agent_units, engine_label, instance_unit, unique)
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan, secrets_file
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import stale_candidates
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, check_variables
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import layout
 
 
 def existing_index(existing):
@@ -134,7 +135,8 @@ def host_units(instances, variables):
      engine (what the install installs and every unit records), pip
      (extra_args of the install, packages removed after it), packages
      (distribution packages), download,
-     manage_service, variables (checked)}.
+     manage_service, managed_marker and managed_first_line (the first line
+     of every file the role writes, and what finds it), variables (checked)}.
     """
     # The instances first: their device class decides what the variables may be.
     if instances is None:
@@ -180,6 +182,9 @@ def host_units(instances, variables):
         "packages": distribution_packages(v),
         "download": download,
         "manage_service": v["manage_service"],
+        # The first line of every file the role writes, and what finds it (the stale-file cleanup).
+        "managed_marker": MANAGED_MARKER,
+        "managed_first_line": layout.managed_first_line(),
         # The agent's socket unit the role starts ('' when no unit serves the API).
         "agent_socket": agents[0]["name"] if agents else "",
         "variables": v,
@@ -267,7 +272,7 @@ def _files(units, agents, v, existing, checker):
 def _helpers(v, existing):
     """The programs the role installs into vllm_libexec_dir (the checker first)."""
     helpers = []
-    for name in (CHECKER, WAIT_READY, AGENT, AGENT_STATE):
+    for name in layout.HELPERS:
         path = "%s/%s" % (v["vllm_libexec_dir"], name)
         found = existing.get(path)
         helpers.append({"kind": "copy", "src": name, "path": path, "mode": "0755", "label": name, "secret": False,

@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import c
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import variables as role_variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import record_values
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import run_record
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import layout
 
 
 def removal_variables(variables):
@@ -48,6 +49,8 @@ def removal_variables(variables):
             out[name] = names.unit_prefix(where, value)
         else:
             out[name] = os.path.normpath(checks.absolute_path(where, value))
+    # Only files that start with the role's marker are taken down.
+    out["managed_first_line"] = layout.managed_first_line()
     out["recorded_units"] = recorded_units(v.get("recorded_instances") or [], out["vllm_unit_prefix"])
     limit = role_variables.INTEGERS["vllm_drain_timeout"]
     out["vllm_drain_timeout"] = checks.integer("vllm_drain_timeout", role_variables.role_value(v, "vllm_drain_timeout"),

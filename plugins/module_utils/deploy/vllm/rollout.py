@@ -44,8 +44,9 @@ def restarting_instances(units, written, install_changed=False):
 
 def stale_candidates(existing, planned, folders, prefix):
     """Whether the host may hold stale files of the role: regular files that
-    find saw in the unit or option folder (folders), named PREFIX*.service or
-    PREFIX*.yaml, that the plan does not have. Only then does the role read
+    find saw in the unit or option folder (folders), named PREFIX*.service,
+    PREFIX*.socket (the gateways' agent) or PREFIX*.yaml, that the plan does
+    not have. Only then does the role read
     their first lines for its marker (tasks/cleanup.yml), so a rerun with
     nothing stale asks the host nothing more."""
     planned_paths = set(entry["path"] for entry in planned)
@@ -53,7 +54,7 @@ def stale_candidates(existing, planned, folders, prefix):
     for path, entry in existing.items():
         folder, name = path.rsplit("/", 1) if "/" in path else ("", path)
         if (entry.get("isreg") and folder in folders and path not in planned_paths and name.startswith(prefix)
-                and name.endswith((".service", ".yaml"))):
+                and name.endswith((".service", ".socket", ".yaml"))):
             found.append(path)
     return sorted(found)
 

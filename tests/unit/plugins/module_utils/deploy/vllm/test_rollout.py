@@ -58,6 +58,11 @@ def test_stale_candidates_are_files_of_the_role_names_the_plan_does_not_have():
     existing[CONFIG_DIR + "/gpufleet-dir.yaml"] = {"path": CONFIG_DIR + "/gpufleet-dir.yaml", "isdir": True}
     assert rollout.stale_candidates(existing, RESULT["files"], (UNIT_DIR, CONFIG_DIR), "gpufleet-") == [
         UNIT_DIR + "/gpufleet-old.service", CONFIG_DIR + "/gpufleet-old.yaml"]
+    # The gateways' agent of a host left with no instance is stale too.
+    existing[UNIT_DIR + "/gpufleet-agent.socket"] = {"path": UNIT_DIR + "/gpufleet-agent.socket", "isreg": True}
+    assert rollout.stale_candidates(existing, [], (UNIT_DIR, CONFIG_DIR), "gpufleet-") == [
+        UNIT_DIR + "/gpufleet-agent.socket", UNIT_DIR + "/gpufleet-old.service", UNIT_DIR + "/gpufleet-vllm-0.service",
+        CONFIG_DIR + "/gpufleet-old.yaml"]
     # A rerun whose look saw only planned files has none: the role reads no first line.
     planned = {f["path"]: {"path": f["path"], "isreg": True} for f in RESULT["files"]}
     assert rollout.stale_candidates(planned, RESULT["files"], (UNIT_DIR, CONFIG_DIR), "gpufleet-") == []
