@@ -24,7 +24,6 @@ import shutil
 import subprocess
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 

@@ -332,8 +332,9 @@ def test_gateway_settings_groups_servers_by_model_in_order():
         (LLAMA, "model-meta-llama_Llama-3.1-70B-Instruct", ["gpu-a-vllm-0", "gpu-c-vllm-0"]),
         (QWEN, "model-Qwen_Qwen2.5-7B-Instruct", ["gpu-b-vllm-0"]),
     ]
-    assert json.loads(settings["models_list"].replace("%[nbsrv(model-meta-llama_Llama-3.1-70B-Instruct)]", "2")
-                      .replace("%[nbsrv(model-Qwen_Qwen2.5-7B-Instruct)]", "1")) == {"object": "list", "data": [
+    listed = settings["models_list"].replace("%[nbsrv(model-meta-llama_Llama-3.1-70B-Instruct)]", "2")
+    listed = listed.replace("%[nbsrv(model-Qwen_Qwen2.5-7B-Instruct)]", "1")
+    assert json.loads(listed) == {"object": "list", "data": [
         {"id": LLAMA, "object": "model", "created": 0, "owned_by": "gpufleet", "instances_up": 2},
         {"id": QWEN, "object": "model", "created": 0, "owned_by": "gpufleet", "instances_up": 1}]}
 

@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
 from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.plan.test_plan_record import (  # noqa: F401
     FLEET,
-    facts,
+    facts,  # pylint: disable=unused-import  (a pytest fixture)
     proposal,
     runs,
 )
