@@ -15,9 +15,10 @@ import pytest
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
-from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.plan.test_plan_record import (  # noqa: F401
+# facts is a pytest fixture: used by name, not in the code.
+from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.plan.test_plan_record import facts  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.gpufleet.numa.tests.unit.plugins.module_utils.plan.test_plan_record import (
     FLEET,
-    facts,  # pylint: disable=unused-import  (a pytest fixture)
     proposal,
     runs,
 )
