@@ -15,14 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import plan as fleet_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as fleet_run
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
-
-
-def _hosts(name, value):
-    value = plain(value)
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ValueError("%s must be a list of inventory hosts" % name)
-    return [str(h) for h in value]
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain
 
 
 def _hostvars(name, value):
@@ -59,7 +52,7 @@ def _role_output(hostvars, batch, name):
     """host -> its NAME fact (what role vllm says it did), for the hosts of
     BATCH that set it: the hosts where the role ran to its end."""
     out = {}
-    for host in _hosts("the batch", batch):
+    for host in host_list("the batch", batch):
         value = hostvars[host].get(name) if host in hostvars else None
         if value is not None:
             out[host] = plain(value)
@@ -68,19 +61,19 @@ def _role_output(hostvars, batch, name):
 
 def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run):
     hostvars = _hostvars("input", hostvars)
-    hosts = sorted(_hosts("hosts", hosts))
+    hosts = sorted(host_list("hosts", hosts))
     missing = [h for h in hosts if h not in hostvars]
     if missing:
         raise ValueError("hosts not in the input: %s" % ", ".join(missing))
     # a host asked for without facts is the caller's error; facts that do not read are the host's
     facts = dict((h, plain(contract.facts_view(h, hostvars[h]))) for h in hosts)
-    context = {"fleet": _hosts("fleet", fleet), "gateways": _hosts("gateways", gateways),
-               "inventory": [str(h) for h in hostvars.keys()], "in_run": _hosts("in_run", in_run)}
+    context = {"fleet": host_list("fleet", fleet), "gateways": host_list("gateways", gateways),
+               "inventory": [str(h) for h in hostvars.keys()], "in_run": host_list("in_run", in_run)}
     return fleet_plan.propose(hostvars, facts, _kept(kept), str(plan_file), hosts, context)
 
 
 def _loaded(hostvars, kept, plan_file, deployable, fleet, gateways):
-    context = {"fleet": _hosts("fleet", fleet), "gateways": _hosts("gateways", gateways)}
+    context = {"fleet": host_list("fleet", fleet), "gateways": host_list("gateways", gateways)}
     return fleet_plan.load(_hostvars("input", hostvars), _kept(kept), str(plan_file), bool(deployable), context)
 
 
@@ -92,7 +85,27 @@ def _refused(run, refusals):
 
 
 def _report(run, play_hosts, failed, finish):
-    return fleet_run.report(_run(run), _hosts("play_hosts", play_hosts), _hosts("failed", failed), str(finish))
+    return fleet_run.report(_run(run), host_list("play_hosts", play_hosts), host_list("failed", failed), str(finish))
+
+
+def _converged(run, hostvars, batch):
+    """The batch's hosts where role vllm ran to its end (they set vllm_deployed)."""
+    runs = _role_output(_hostvars("hostvars", hostvars), batch, "vllm_deployed")
+    return fleet_run.converged(_run(run), [h for h in host_list("the batch", batch) if h in runs], runs)
+
+
+def _removed(run, hostvars, batch):
+    """The batch's hosts where the take-down ran to its end (they set vllm_removed)."""
+    return fleet_run.removed(_run(run), sorted(_role_output(_hostvars("hostvars", hostvars), batch, "vllm_removed")))
+
+
+def _routed(run, hostvars):
+    run = _run(run)
+    return fleet_run.routed(run, fleet_plan.listen_addresses(_hostvars("hostvars", hostvars), run["fleet"])[0])
+
+
+def _configured(run):
+    return fleet_run.gateway_configured(_run(run))
 
 
 FILTERS = {
@@ -101,24 +114,16 @@ FILTERS = {
     # hostvars | run_loaded(kept, plan_file, deployable, fleet, gateways)
     "run_loaded": _loaded,
     "run_refused": _refused,
-    # run | run_converged(hostvars, ansible_play_batch): the batch's hosts that set vllm_deployed
-    "run_converged": lambda run, hostvars, batch: fleet_run.converged(
-        _run(run), *_converged(_hostvars("hostvars", hostvars), batch, "vllm_deployed")),
-    # run | run_removed(hostvars, ansible_play_batch): the batch's hosts that set vllm_removed
-    "run_removed": lambda run, hostvars, batch: fleet_run.removed(
-        _run(run), sorted(_role_output(_hostvars("hostvars", hostvars), batch, "vllm_removed"))),
+    # run | run_converged(hostvars, ansible_play_batch)
+    "run_converged": _converged,
+    # run | run_removed(hostvars, ansible_play_batch)
+    "run_removed": _removed,
     # run | run_routed(hostvars): the gateway's backends from the record
-    "run_routed": lambda run, hostvars: fleet_run.routed(
-        _run(run), fleet_plan.listen_addresses(_hostvars("hostvars", hostvars), _run(run)["fleet"])[0]),
-    "run_configured": lambda run: fleet_run.gateway_configured(_run(run)),
+    "run_routed": _routed,
+    "run_configured": _configured,
     # run | run_report(ansible_play_hosts_all, failed hosts, finish)
     "run_report": _report,
 }
-
-
-def _converged(hostvars, batch, name):
-    runs = _role_output(hostvars, batch, name)
-    return [h for h in _hosts("the batch", batch) if h in runs], runs
 
 
 class FilterModule(object):

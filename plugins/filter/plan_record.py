@@ -11,17 +11,10 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import report as plan_report
-
-
-def _hosts(name, value):
-    value = _plain(value)
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ValueError("%s must be a list of inventory hosts" % name)
-    return [str(h) for h in value]
 
 
 def _record(value, name):
@@ -47,7 +40,7 @@ def record_deployed(record, proposal, hosts, runs):
         if not isinstance(runs, dict):
             raise ValueError("runs must map host -> vllm_deployed")
         return plan_record.record_hosts(_record(record, "the record"), _record(proposal, "the proposal"),
-                                        _hosts("hosts", hosts), runs)
+                                        host_list("hosts", hosts), runs)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("gpufleet.numa.record_deployed: %s" % exc)
 
@@ -67,21 +60,21 @@ def record_proposal(record):
 
 
 def forget_hosts(record, hosts):
-    return _on_record("forget_hosts", lambda r: plan_record.forget_hosts(r, _hosts("hosts", hosts)))(record)
+    return _on_record("forget_hosts", lambda r: plan_record.forget_hosts(r, host_list("hosts", hosts)))(record)
 
 
 def routed_plan(record, fleet):
-    return _on_record("routed_plan", lambda r: plan_record.routed(r, _hosts("fleet", fleet)))(record)
+    return _on_record("routed_plan", lambda r: plan_record.routed(r, host_list("fleet", fleet)))(record)
 
 
 def hosts_to_remove(record, fleet, gateways=None):
     return _on_record("hosts_to_remove", lambda r: plan_record.to_remove(
-        r, _hosts("fleet", fleet), _hosts("gateways", gateways or [])))(record)
+        r, host_list("fleet", fleet), host_list("gateways", gateways or [])))(record)
 
 
 def decommission_hosts(record, value, fleet=None, gateways=None):
     return _on_record("decommission_hosts", lambda r: plan_record.chosen_hosts(
-        r, _plain(value), fleet=_hosts("fleet", fleet or []), gateways=_hosts("gateways", gateways or [])))(record)
+        r, _plain(value), fleet=host_list("fleet", fleet or []), gateways=host_list("gateways", gateways or [])))(record)
 
 
 def deploy_report(after, before, context):
@@ -90,11 +83,11 @@ def deploy_report(after, before, context):
         if not isinstance(context, dict):
             raise ValueError("context must be a mapping")
         for key in ("fleet", "in_run", "failed", "converged", "removed", "gateways"):
-            context[key] = _hosts(key, context.get(key, []))
+            context[key] = host_list(key, context.get(key, []))
         unplannable = context.setdefault("unplannable", {})
         if not isinstance(unplannable, dict) or not all(isinstance(v, str) for v in unplannable.values()):
             raise ValueError("context unplannable must map host -> reason")
-        context["unplannable"] = dict(zip(_hosts("unplannable", list(unplannable)), unplannable.values()))
+        context["unplannable"] = dict(zip(host_list("unplannable", list(unplannable)), unplannable.values()))
         context.setdefault("gateway_configured", False)
         context.setdefault("finish", "the same command without --limit")
         return plan_report.run_report(_record(before, "the record before"), _record(after, "the record"), context)

@@ -25,3 +25,12 @@ def plain(value):
     if isinstance(value, str):
         return str(value)
     return value
+
+
+def host_list(name, value):
+    """VALUE as a list of inventory host names (plain text); ValueError
+    naming NAME when it is not a list (a string is not a list of hosts)."""
+    value = plain(value)
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError("%s must be a list of inventory hosts" % name)
+    return [str(h) for h in value]

@@ -87,6 +87,5 @@ def load(host_vars, kept_text, plan_file, deployable, context):
     vllm and gateway plays need; else an empty record will do)."""
     record = artifact.load_artifact(kept_text, name=plan_file) or plan_record.empty_record()
     proposal = artifact.require_artifact(kept_text, name=plan_file) if deployable else record
-    _addresses, node_addresses = listen_addresses(host_vars, context["fleet"])
     return fleet_run.loaded(record, plan_record.as_proposal(proposal), context["fleet"], context["gateways"],
-                            node_addresses)
+                            listen_addresses(host_vars, context["fleet"])[1])

@@ -86,7 +86,7 @@ def _start(record, proposal, summary, unplannable, fleet, gateways, node_address
     return {
         "record_before": record, "record": record, "proposal": proposal, "summary": summary,
         "unplannable": dict(unplannable), "in_run": sorted(in_run), "leaving": sorted(leaving),
-        "converged": [], "removed": [], "drain_servers": drain_servers,
+        "converged": [], "removed": [],
         "slices": _slices(fleet, record, proposal, node_addresses, drain_servers),
         "proposed_backends": None, "gateway": None, "gateway_configured": False,
         "fleet": list(fleet), "gateways": list(gateways),

@@ -16,7 +16,7 @@ from ansible.plugins.loader import filter_loader
 from ansible.template import Templar
 from ansible.utils.unsafe_proxy import AnsibleUnsafeText, wrap_var
 
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain
 
 try:  # ansible-core 2.19: templates must be trusted to be rendered
     from ansible.template import trust_as_template
@@ -96,3 +96,11 @@ def test_what_a_filter_is_handed_through_the_templar_comes_back_plain(tmp_path):
         "str:ports": ["list", ["int", "str"]]}]}]
     # What the templar handed over was not plain (else this test would prove nothing on this ansible-core).
     assert report["given"] != report["plain"]
+
+
+def test_host_list_takes_a_list_of_names_and_refuses_the_rest():
+    assert host_list("fleet", ["gpu-a", "gpu-b"]) == ["gpu-a", "gpu-b"]
+    assert host_list("fleet", ("gpu-a",)) == ["gpu-a"]
+    for bad in ("gpu-a", None, {"gpu-a": 1}, 3):
+        with pytest.raises(ValueError, match="^fleet must be a list of inventory hosts$"):
+            host_list("fleet", bad)
