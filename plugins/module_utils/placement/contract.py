@@ -5,8 +5,10 @@
 
 The planner writes a plan; the kept-plan checks, the vLLM units, the
 gateway, the text table and the audit read it. Each decision they share
-is made here once: the field names of a plan and of an instance, which
-entry of a multi-node instance is its head (the one that serves the API),
+is made here once: the field names of a plan and of an instance, the
+rules of an instance's own fields (check_instance_fields, for the kept
+plan's check and role vllm's), which entry of a multi-node instance is
+its head (the one that serves the API),
 the HAProxy server name of an instance, what one host of a multi-node
 instance runs (its share), the name an instance serves its model under,
 the plan's totals, an instance's device class (an entry of a plan from
@@ -23,12 +25,16 @@ from operator import itemgetter
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import record_values
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import format_cpulist
 
 # The fields of fleet_plan's result, and the kept plan's own around them.
 PLAN_FIELDS = ("instances", "unused", "warnings", "totals")
 ARTIFACT_FIELDS = ("artifact_version", "hosts") + PLAN_FIELDS
 # Fields every instance carries (docs/plan.md, "Instances").
 INSTANCE_FIELDS = ("host", "name", "tp_size", "pp_size", "gpus", "gpu_indices", "binding", "port", "dist_port")
+# What a vLLM unit is made of: all role vllm requires of an entry (its
+# README: other plan fields are accepted and ignored).
+UNIT_FIELDS = ("name", "tp_size", "pp_size", "gpu_indices", "binding", "port", "dist_port")
 BINDING_FIELDS = ("cpus", "mems", "policy", "by_node")
 MULTINODE_FIELDS = ("nnodes", "node_rank", "head", "hosts", "master_port")
 # What an instance runs on (its host's gpufleet_device_class as planned);
@@ -39,6 +45,10 @@ RANK_FIELDS = ("node", "cpus", "memory_mb")
 # Plans written before device classes hold NVIDIA instances only.
 LEGACY_DEVICE = "nvidia"
 TOTALS_FIELDS = ("hosts", "instances", "gpus", "gpus_used", "gpus_unused")
+# Bounds on an instance's fields: far above any instance, low enough to stop damage early.
+MAX_PARALLEL = 1024               # tp_size, pp_size
+MAX_NODES = 1024                  # hosts of one multi-node instance
+MAX_MEMORY_MB = 10 ** 12          # a NUMA node's memory (1 EB)
 
 # What one host of an instance runs: its pipeline stages and its GPUs
 # (the whole instance on a one-host instance).
@@ -68,7 +78,7 @@ def check_binding(where, value, mems):
     """A plan instance's binding, checked the one way for the kept plan
     (plan/check.py) and the role (deploy/vllm/instance.py): a mapping with
     BINDING_FIELDS, cpus a cpulist, mems as MEMS(name, value) checks them
-    (the callers differ in bounds), policy bind or interleave, by_node a
+    (check_instance_fields: nodes Linux can have), policy bind or interleave, by_node a
     boolean, mode process or per_worker (none: a plan kept from before
     per-worker binding, bound by process). Errors name WHERE and the field.
     Returns {cpus (the text), cpu_set, mems, policy, mode}."""
@@ -83,6 +93,160 @@ def check_binding(where, value, mems):
         checks.fail(where + ".by_node", "must be a boolean", value["by_node"])
     mode = checks.choice(where + ".mode", value.get("mode", "process"), ("process", "per_worker"))
     return {"cpus": value["cpus"], "cpu_set": cpu_set, "mems": nodes, "policy": policy, "mode": mode}
+
+
+def check_instance_fields(where, entry, required=INSTANCE_FIELDS, hosts=None, unknown_index=False):
+    """A plan instance's own fields, checked the one way for the kept plan
+    (plan/check.py) and the role (deploy/vllm/instance.py); errors name
+    WHERE and the field. required: the fields ENTRY must carry
+    (INSTANCE_FIELDS for a kept plan, UNIT_FIELDS for the role); a host is
+    checked wherever there is one, against HOSTS when given. unknown_index:
+    a GPU index may be None (a kept plan records AMD GPUs no source gave an
+    index; a unit names each of its GPUs). Returns {name, host (or None),
+    device, tp_size, pp_size, gpu_indices, multinode (None or {nnodes,
+    node_rank, head, hosts, master_port}), binding (check_binding's, and
+    by_node), ranks ([] on a GPU instance, else [{node, cpus, memory_mb}]),
+    port, dist_port}."""
+    if not isinstance(entry, dict):
+        checks.fail(where, "must be a plan instance (a mapping)", entry)
+    missing = [field for field in required if field not in entry]
+    if missing:
+        checks.fail(where, "lacks %s (fleet_plan instances carry them; docs/plan.md)" % ", ".join(missing),
+                    sorted(str(k) for k in entry))
+    host = record_values.host(where + ".host", entry["host"], hosts) if "host" in entry else None
+    name = checks.text(where + ".name", entry["name"], record_values.NAME, record_values.NAME_RULE)
+    kind = checks.choice(where + ".device", entry["device"], DEVICES) if "device" in entry else LEGACY_DEVICE
+    tp_size = record_values.integer(where + ".tp_size", entry["tp_size"], 1, MAX_PARALLEL)
+    pp_size = record_values.integer(where + ".pp_size", entry["pp_size"], 1, MAX_PARALLEL)
+    read = record_values.index if unknown_index else _known_index
+    indices = [read("%s.gpu_indices[%d]" % (where, i), g) for i, g in enumerate(
+        record_values.a_list(where + ".gpu_indices", entry["gpu_indices"], record_values.MAX_GPUS_PER_HOST))]
+    if kind == "cpu":  # before the multinode field: the shape says more than that field's own rules
+        _check_cpu_shape(where, pp_size, entry.get("multinode"), indices)
+    spread = _check_multinode_field(where + ".multinode", entry.get("multinode"), host, pp_size)
+    local = 0 if kind == "cpu" else share(tp_size, pp_size, spread["nnodes"] if spread else 1).gpus
+    _check_count(where + ".gpu_indices", indices, local, tp_size, pp_size, spread)
+    bound = check_binding(where + ".binding", entry["binding"], _check_mems)
+    bound["by_node"] = entry["binding"]["by_node"]
+    return {"name": name, "host": host, "device": kind, "tp_size": tp_size, "pp_size": pp_size,
+            "gpu_indices": indices, "multinode": spread, "binding": bound,
+            "ranks": _check_ranks(where + ".binding", entry["binding"], kind, tp_size, bound),
+            "port": record_values.port(where + ".port", entry["port"]),
+            "dist_port": record_values.port(where + ".dist_port", entry["dist_port"])}
+
+
+def _known_index(name, value):
+    return record_values.integer(name, value, 0, record_values.MAX_GPUS_PER_HOST - 1)
+
+
+def _check_mems(name, value):
+    """binding.mems: a non-empty sorted list of distinct NUMA nodes Linux can have."""
+    return record_values.nodes(name, value, minimum=1)
+
+
+def _check_count(where, indices, local, tp_size, pp_size, multinode):
+    """This host's share of the instance's GPUs, each once (an unknown index
+    is told apart by its GPU id, plan/check.py)."""
+    known = [i for i in indices if i is not None]
+    distinct = len(set(known)) + len(indices) - len(known)
+    if len(indices) != local or distinct != len(indices):
+        checks.fail(where, "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
+                    % (" / multinode.nnodes" if multinode else "", local,
+                       distinct if len(indices) == local else len(indices), tp_size, pp_size), indices)
+
+
+def _check_cpu_shape(where, pp_size, multinode, indices):
+    """A CPU instance runs tensor parallel over ranks on its host alone."""
+    if pp_size != 1:
+        checks.fail(where + ".pp_size", "must be 1 on a CPU instance (device cpu: tensor parallel over ranks only)",
+                    pp_size)
+    if multinode is not None:
+        checks.fail(where + ".multinode", "must be absent on a CPU instance (device cpu never spans hosts)", multinode)
+    if indices:
+        checks.fail(where + ".gpu_indices", "must be [] on a CPU instance (device cpu)", indices)
+
+
+def _check_multinode_field(where, value, host, pp_size):
+    """The multinode field (None on a one-host instance): nnodes hosts in rank
+    order, the entry's host at node_rank, the head first, pp_size / nnodes
+    stages on each host."""
+    if value is None:
+        return None
+    value = record_values.mapping(where, value)
+    for field in MULTINODE_FIELDS:
+        if field not in value:
+            checks.fail(where, "lacks %s (fleet_plan's multi-node instances carry %s)"
+                        % (field, ", ".join(MULTINODE_FIELDS)), sorted(str(k) for k in value))
+    nnodes = record_values.integer(where + ".nnodes", value["nnodes"], 2, MAX_NODES)
+    rank = record_values.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
+    hosts = [record_values.host("%s.hosts[%d]" % (where, i), h)
+             for i, h in enumerate(record_values.a_list(where + ".hosts", value["hosts"], MAX_NODES))]
+    if len(hosts) != nnodes or len(set(hosts)) != nnodes:
+        checks.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
+    if host is not None and hosts[rank] != host:
+        checks.fail(where + ".node_rank", "must be this entry's host's place in hosts (%s is rank %d)"
+                    % (host, hosts.index(host) if host in hosts else -1), rank)
+    if value["head"] != hosts[0]:
+        checks.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
+    if pp_size % nnodes:
+        checks.fail(where + ".nnodes", "must divide pp_size %d (each host runs pp_size / nnodes stages)" % pp_size,
+                    nnodes)
+    master_port = record_values.port(where + ".master_port", value["master_port"])
+    for i, nic in enumerate(record_values.a_list(where + ".nics", value.get("nics", []), record_values.MAX_NICS)):
+        at = "%s.nics[%d]" % (where, i)
+        nic = record_values.mapping(at, nic)
+        for j, interface in enumerate(record_values.a_list(at + ".interfaces", nic.get("interfaces", []),
+                                                           record_values.MAX_NICS)):
+            record_values.short_text("%s.interfaces[%d]" % (at, j), interface)
+    return {"nnodes": nnodes, "node_rank": rank, "head": hosts[0], "hosts": hosts, "master_port": master_port}
+
+
+def _check_ranks(where, value, kind, tp_size, bound):
+    """A CPU instance's binding.ranks: tp_size ranks, one per node of
+    binding.mems in node order, each on CPUs of binding.cpus no other rank
+    has (the unit binds each rank's threads to them, VLLM_CPU_OMP_THREADS_BIND);
+    [] for a GPU instance, which has none."""
+    if kind != "cpu":
+        if "ranks" in value:
+            checks.fail(where + ".ranks", "is a CPU instance's field (this instance's device is %s)" % kind,
+                        value["ranks"])
+        return []
+    if bound["mode"] != "process" or value.get("workers"):
+        checks.fail(where + ".mode", "must be process, without workers, on a CPU instance (its ranks are bound by "
+                    "VLLM_CPU_OMP_THREADS_BIND)", value.get("mode"))
+    mems = bound["mems"]
+    ranks = record_values.a_list(where + ".ranks", value.get("ranks"), record_values.MAX_NUMA_NODE + 1)
+    if len(ranks) != tp_size:
+        checks.fail(where + ".ranks", "must hold tp_size (%d) ranks, one per NUMA node" % tp_size,
+                    "%d ranks" % len(ranks))
+    out, taken = [], set()
+    for i, rank in enumerate(ranks):
+        at = "%s.ranks[%d]" % (where, i)
+        rank = record_values.mapping(at, rank)
+        if any(k not in RANK_FIELDS for k in rank):
+            checks.fail(at, "must be a mapping {%s}" % ", ".join(RANK_FIELDS), sorted(str(k) for k in rank))
+        for field in RANK_FIELDS:
+            if field not in rank:
+                checks.fail(at, "lacks %s (memory_mb: the node's memory in MB, null when unknown)" % field,
+                            sorted(str(k) for k in rank))
+        node = record_values.integer(at + ".node", rank["node"], 0, record_values.MAX_NUMA_NODE)
+        if node not in mems:
+            checks.fail(at + ".node", "must be a node of binding.mems (%s)" % ",".join(map(str, mems)), node)
+        mine = record_values.cpus(at + ".cpus", rank["cpus"])
+        if not mine <= bound["cpu_set"]:
+            checks.fail(at + ".cpus", "must be CPUs of binding.cpus (%s)" % bound["cpus"],
+                        format_cpulist(mine - bound["cpu_set"]))
+        if mine & taken:
+            checks.fail(at + ".cpus", "must not share CPUs with another rank", format_cpulist(mine & taken))
+        taken |= mine
+        memory = rank["memory_mb"]
+        if memory is not None:  # at least 1: the planner puts no rank on a node without memory
+            memory = record_values.integer(at + ".memory_mb", memory, 1, MAX_MEMORY_MB)
+        out.append({"node": node, "cpus": rank["cpus"], "memory_mb": memory})
+    if [rank["node"] for rank in out] != mems:
+        checks.fail(where + ".ranks", "must hold one rank per node of binding.mems %s, in node order"
+                    % ",".join(map(str, mems)), [rank["node"] for rank in out])
+    return out
 
 
 def device(instance):

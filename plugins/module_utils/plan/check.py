@@ -11,8 +11,11 @@ pattern), bounds every size, makes entries unique per host, requires a
 multi-node instance's entries to agree, and checks each host's entries
 against the hardware the plan recorded for that host when it was planned
 (hosts[HOST].hardware: GPU ids and indices, NUMA nodes, CPUs). Plans
-written before the record existed are checked by schema only. Each
-instance's device and a CPU instance's ranks are plan/check_device.py's.
+written before the record existed are checked by schema only. An
+instance's own fields (name, device, sizes, gpu_indices, multinode,
+binding, a CPU instance's ranks, ports) are checked as role vllm checks
+them (placement/contract.check_instance_fields); a CPU instance's gpus
+and numa_nodes are plan/check_device.py's.
 
 Errors are ValueError("PLAN: FIELD: RULE (got VALUE)"), e.g.
 "/srv/plan.json: instances[3].binding.mems: must be NUMA nodes this host has
@@ -35,10 +38,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common.record_values
     MAX_ENTRIES,
     MAX_GPUS_PER_HOST,
     MAX_HOSTS,
-    MAX_NICS,
     MAX_NUMA_NODE,
-    NAME as _NAME,
-    NAME_RULE as _NAME_RULE,
     a_list as _list,
     cpus as _cpus,
     host as _host,
@@ -147,31 +147,15 @@ def _check_hardware(where, record):
 
 
 def _check_instance(where, entry, hosts):
-    """One instance entry; returns the fields the checks across entries use."""
-    entry = _mapping(where, entry)
-    missing = [f for f in contract.INSTANCE_FIELDS if f not in entry]
-    if missing:
-        checks.fail(where, "lacks %s (fleet_plan instances carry them; docs/plan.md)" % ", ".join(missing),
-                    sorted(str(k) for k in entry))
-    host = _host(where + ".host", entry["host"], hosts)
-    name = checks.text(where + ".name", entry["name"], _NAME, _NAME_RULE)
+    """One instance entry: its own fields (contract.check_instance_fields,
+    as the role checks them), then the kept plan's: its GPUs, stages, ports'
+    range, model and texts; returns the fields the checks across entries use."""
+    fields = contract.check_instance_fields(where, entry, contract.INSTANCE_FIELDS, hosts, unknown_index=True)
     _int(where + ".ordinal", entry.get("ordinal", 0), 0, MAX_GPUS_PER_HOST - 1)
-    tp_size = _int(where + ".tp_size", entry["tp_size"], 1, MAX_GPUS_PER_HOST)
-    pp_size = _int(where + ".pp_size", entry["pp_size"], 1, MAX_GPUS_PER_HOST)
-    multinode = _check_multinode_field(where + ".multinode", entry.get("multinode"), host, pp_size)
-    device = check_device.device(where, entry)
-    local = 0 if device == "cpu" else contract.share(tp_size, pp_size, multinode["nnodes"] if multinode else 1).gpus
-    indices = [_index("%s.gpu_indices[%d]" % (where, i), g)
-               for i, g in enumerate(_list(where + ".gpu_indices", entry["gpu_indices"], MAX_GPUS_PER_HOST))]
-    known = [i for i in indices if i is not None]
-    if device == "cpu" and indices:
-        checks.fail(where + ".gpu_indices", "must be [] on a CPU instance (device cpu)", indices)
-    if len(indices) != local or len(set(known)) != len(known):
-        checks.fail(where + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs"
-                    % (" / multinode.nnodes" if multinode else "", local), indices)
+    indices = fields["gpu_indices"]
+    check_device.check_cpu_entry(where, entry, fields)
     gpus = _check_gpus(where + ".gpus", entry["gpus"], indices)
-    binding = _check_binding(where + ".binding", entry["binding"], indices)
-    ranks = check_device.check_ranks(where, entry, device, tp_size, pp_size, multinode)
+    binding = _check_binding(where + ".binding", entry["binding"], fields["binding"], indices)
     cpus = set(binding["cpus"])
     if "cpus" in entry:
         cpus |= _cpus(where + ".cpus", entry["cpus"])
@@ -180,7 +164,6 @@ def _check_instance(where, entry, hosts):
         nodes |= set(_nodes(where + ".numa_nodes", entry["numa_nodes"]))
     for i, stage in enumerate(_list(where + ".stages", entry.get("stages", []), MAX_GPUS_PER_HOST)):
         nodes |= _check_stage("%s.stages[%d]" % (where, i), stage, indices)
-    ports = [_port(where + ".port", entry["port"]), _port(where + ".dist_port", entry["dist_port"])]
     if "dist_port_range" in entry:
         low, high = [_port("%s.dist_port_range[%d]" % (where, i), p)
                      for i, p in enumerate(_list(where + ".dist_port_range", entry["dist_port_range"], 2, 2))]
@@ -194,9 +177,10 @@ def _check_instance(where, entry, hosts):
         _short_text("%s.%s" % (where, field), entry.get(field), allow_none=True)
     if "deployed" in entry:
         run_record.check_run(where + ".deployed", entry["deployed"])
-    return {"where": where, "host": host, "name": name, "tp_size": tp_size, "pp_size": pp_size, "ports": ports,
-            "gpus": gpus, "cpus": cpus, "nodes": nodes, "multinode": multinode, "ranks": ranks, "device": device,
-            "serves": (entry.get("model"), entry.get("served_model_name"))}
+    return {"where": where, "host": fields["host"], "name": fields["name"], "tp_size": fields["tp_size"],
+            "pp_size": fields["pp_size"], "ports": [fields["port"], fields["dist_port"]], "gpus": gpus, "cpus": cpus,
+            "nodes": nodes, "multinode": fields["multinode"], "ranks": [rank["node"] for rank in fields["ranks"]],
+            "device": fields["device"], "serves": (entry.get("model"), entry.get("served_model_name"))}
 
 
 def _check_gpus(where, gpus, indices):
@@ -217,9 +201,10 @@ def _check_gpus(where, gpus, indices):
     return out
 
 
-def _check_binding(where, binding, indices):
-    checked = contract.check_binding(where, binding, lambda name, value: _nodes(name, value, minimum=1))
-    cpus, nodes, mode = checked["cpu_set"], set(checked["mems"]), checked["mode"]
+def _check_binding(where, binding, checked, indices):
+    """binding.workers (contract.check_binding checked the rest): every CPU
+    and node they name, with the binding's, for the record checks."""
+    cpus, nodes, mode = set(checked["cpu_set"]), set(checked["mems"]), checked["mode"]
     workers = _list(where + ".workers", binding.get("workers", []), MAX_GPUS_PER_HOST)
     for i, worker in enumerate(workers):
         at = "%s.workers[%d]" % (where, i)
@@ -241,35 +226,6 @@ def _check_stage(where, stage, indices):
     if not set(stage_gpus) <= set(indices):
         checks.fail(where + ".gpu_indices", "must be GPUs of the instance's gpu_indices", stage_gpus)
     return set(_nodes(where + ".numa_nodes", stage.get("numa_nodes", [])))
-
-
-def _check_multinode_field(where, value, host, pp_size):
-    if value is None:
-        return None
-    value = _mapping(where, value)
-    for field in contract.MULTINODE_FIELDS:
-        if field not in value:
-            checks.fail(where, "lacks %s (multi-node entries carry %s)" % (field, ", ".join(contract.MULTINODE_FIELDS)),
-                        sorted(str(k) for k in value))
-    nnodes = _int(where + ".nnodes", value["nnodes"], 2, 1024)
-    rank = _int(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
-    hosts = [_host("%s.hosts[%d]" % (where, i), h) for i, h in enumerate(_list(where + ".hosts", value["hosts"], 1024))]
-    if len(hosts) != nnodes or len(set(hosts)) != nnodes:
-        checks.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
-    if hosts[rank] != host:
-        checks.fail(where + ".node_rank", "must be this entry's host's place in hosts (%s is rank %d)"
-                    % (host, hosts.index(host) if host in hosts else -1), rank)
-    if value["head"] != hosts[0]:
-        checks.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
-    if pp_size % nnodes:
-        checks.fail(where + ".nnodes", "must divide pp_size %d" % pp_size, nnodes)
-    master_port = _port(where + ".master_port", value["master_port"])
-    for i, nic in enumerate(_list(where + ".nics", value.get("nics", []), MAX_NICS)):
-        nic = _mapping("%s.nics[%d]" % (where, i), nic)
-        for j, interface in enumerate(_list("%s.nics[%d].interfaces" % (where, i), nic.get("interfaces", []),
-                                            MAX_NICS)):
-            _short_text("%s.nics[%d].interfaces[%d]" % (where, i, j), interface)
-    return {"nnodes": nnodes, "rank": rank, "hosts": tuple(hosts), "master_port": master_port}
 
 
 def _check_unused(where, entry, hosts, records):
@@ -335,7 +291,7 @@ def _check_multinode(checked):
     groups = {}
     for inst in checked:
         if inst["multinode"] is not None:
-            groups.setdefault((inst["name"], inst["multinode"]["hosts"]), []).append(inst)
+            groups.setdefault((inst["name"], tuple(inst["multinode"]["hosts"])), []).append(inst)
     for (name, hosts), entries in sorted(groups.items()):
         first = entries[0]
         on = sorted(inst["host"] for inst in entries)

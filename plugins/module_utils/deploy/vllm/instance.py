@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
-from ansible_collections.gpufleet.numa.plugins.module_utils.common import names
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import record_values
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
@@ -31,77 +30,24 @@ PER_WORKER_SINCE = (0, 20)
 
 
 def check_instance(index, instance):
-    """One plan instance (docs/plan.md), checked; returns the fields the unit uses."""
+    """One plan instance (docs/plan.md), checked; returns the fields the unit uses.
+    Its own fields are checked as the kept plan checks them
+    (contract.check_instance_fields); the workers and the reason are the role's."""
     where = "vllm_instances[%d]" % index
-    if not isinstance(instance, dict):
-        checks.fail(where, "must be a plan instance (a mapping)", instance)
-    label = "%s (%s)" % (where, instance.get("name")) if isinstance(instance.get("name"), str) else where
-    missing = [f for f in ("name", "tp_size", "pp_size", "gpu_indices", "binding", "port", "dist_port")
-               if f not in instance]
-    if missing:
-        raise ValueError("%s: lacks %s (fleet_plan instances carry them; docs/plan.md)"
-                         % (label, ", ".join(missing)))
-    name = checks.text(where + ".name", instance["name"], record_values.NAME, record_values.NAME_RULE)
-    device = devices.instance_device(label, instance)
-    tp_size = checks.integer(label + ".tp_size", instance["tp_size"], 1, 1024)
-    pp_size = checks.integer(label + ".pp_size", instance["pp_size"], 1, 1024)
-    gpus = [checks.integer("%s.gpu_indices[%d]" % (label, i), g, 0, 4095)
-            for i, g in enumerate(as_list(label + ".gpu_indices", instance["gpu_indices"]))]
-    if device == "cpu":
-        _check_cpu_shape(label, pp_size, instance.get("multinode"), gpus)
-    multinode = _multinode(label, instance.get("multinode"), pp_size)
-    nnodes = multinode["nnodes"] if multinode else 1
-    local = contract.share(tp_size, pp_size, nnodes).gpus if device != "cpu" else 0
-    if len(gpus) != local or len(set(gpus)) != len(gpus):
-        checks.fail(label + ".gpu_indices", "must list tp_size * pp_size%s = %d distinct GPUs (got %d for tp %d, pp %d)"
-                    % (" / multinode.nnodes" if nnodes != 1 else "", local, len(set(gpus)), tp_size, pp_size), gpus)
-    checked = contract.check_binding(label + ".binding", instance["binding"], _mems)
-    binding = instance["binding"]
-    cpus, mems, policy, mode = checked["cpus"], checked["mems"], checked["policy"], checked["mode"]
-    workers = _workers(label, binding, gpus, cpus) if mode == "per_worker" else []
-    ranks = _ranks(label, binding, tp_size, cpus, mems, mode) if device == "cpu" else []
-    port = checks.port(label + ".port", instance["port"])
-    dist_port = checks.port(label + ".dist_port", instance["dist_port"])
+    name = instance.get("name") if isinstance(instance, dict) else None
+    # Messages name the instance once its name is one (a bad name shows as the value, escaped).
+    label = "%s (%s)" % (where, name) if isinstance(name, str) and re.fullmatch(record_values.NAME, name) else where
+    fields = contract.check_instance_fields(label, instance, contract.UNIT_FIELDS)
+    binding, gpus = fields["binding"], fields["gpu_indices"]
+    cpus, mode = binding["cpus"], binding["mode"]
+    workers = _workers(label, instance["binding"], gpus, cpus) if mode == "per_worker" else []
     reason = instance.get("reason", "")
     # The plan's own words, shown in a comment: one line, no continuation.
     reason = re.sub(r"[\x00-\x1f\x7f]+", " ", str(reason)).rstrip("\\ ")
-    return {"name": name, "device": device, "ranks": ranks, "tp_size": tp_size, "pp_size": pp_size,
-            "gpu_indices": gpus, "cpus": cpus,
-            "mems": mems, "policy": policy, "by_node": binding["by_node"], "mode": mode, "workers": workers,
-            "port": port, "dist_port": dist_port, "reason": reason, "multinode": multinode}
-
-
-def _mems(name, value):
-    """binding.mems as the role takes them: a non-empty sorted list of distinct NUMA nodes."""
-    mems = [checks.integer("%s[%d]" % (name, i), m, 0, 4095) for i, m in enumerate(as_list(name, value))]
-    if not mems or mems != sorted(set(mems)):
-        checks.fail(name, "must be a non-empty sorted list of distinct NUMA nodes", mems)
-    return mems
-
-
-def _multinode(label, value, pp_size):
-    """The multinode field of a plan instance (docs/plan.md), checked; None for a one-host instance."""
-    if value is None:
-        return None
-    where = label + ".multinode"
-    value = mapping(where, value)
-    for field in ("nnodes", "node_rank", "head", "hosts", "master_port"):
-        if field not in value:
-            checks.fail(where, "lacks %s (fleet_plan's multi-node instances carry nnodes, node_rank, head, hosts, "
-                        "master_port)" % field, value)
-    nnodes = checks.integer(where + ".nnodes", value["nnodes"], 2, 1024)
-    rank = checks.integer(where + ".node_rank", value["node_rank"], 0, nnodes - 1)
-    hosts = [names.inventory_host("%s.hosts[%d]" % (where, i), h)
-             for i, h in enumerate(as_list(where + ".hosts", value["hosts"]))]
-    if len(hosts) != nnodes or len(set(hosts)) != nnodes:
-        checks.fail(where + ".hosts", "must name nnodes (%d) distinct hosts in rank order" % nnodes, hosts)
-    if value["head"] != hosts[0]:
-        checks.fail(where + ".head", "must be the first of hosts (%s)" % hosts[0], value["head"])
-    if pp_size % nnodes:
-        checks.fail(where + ".nnodes", "must divide pp_size %d (each host runs pp_size / nnodes stages)" % pp_size,
-                    nnodes)
-    return {"nnodes": nnodes, "node_rank": rank, "head": hosts[0], "hosts": hosts,
-            "master_port": checks.port(where + ".master_port", value["master_port"])}
+    return {"name": fields["name"], "device": fields["device"], "ranks": fields["ranks"], "tp_size": fields["tp_size"],
+            "pp_size": fields["pp_size"], "gpu_indices": gpus, "cpus": cpus, "mems": binding["mems"],
+            "policy": binding["policy"], "by_node": binding["by_node"], "mode": mode, "workers": workers,
+            "port": fields["port"], "dist_port": fields["dist_port"], "reason": reason, "multinode": fields["multinode"]}
 
 
 def _workers(label, binding, gpus, cpus):
@@ -130,52 +76,6 @@ def _workers(label, binding, gpus, cpus):
                 checks.fail("%s[%d].cpus" % (where, i), "must lie inside binding.cpus %s (numactl refuses a worker's "
                             "CPUs outside its parent's)" % cpus, worker_cpus)
         out.append({"node": node, "cpus": worker_cpus})
-    return out
-
-
-def _check_cpu_shape(label, pp_size, multinode, gpus):
-    """A CPU instance runs tensor parallel over ranks on this host alone."""
-    if pp_size != 1:
-        checks.fail(label + ".pp_size", "must be 1 on a CPU instance (device cpu: tensor parallel over ranks only)",
-                    pp_size)
-    if multinode is not None:
-        checks.fail(label + ".multinode", "must be absent on a CPU instance (device cpu: never multi-node)", multinode)
-    if gpus:
-        checks.fail(label + ".gpu_indices", "must be empty on a CPU instance (device cpu)", gpus)
-
-
-def _ranks(label, binding, tp_size, cpus, mems, mode):
-    """binding.ranks of a CPU instance: one {node, cpus, memory_mb} per rank
-    (tp_size of them), each rank's CPUs inside binding.cpus and its node in
-    binding.mems (vLLM binds each rank's OpenMP threads to its CPUs)."""
-    where = label + ".binding.ranks"
-    if mode != "process":
-        checks.fail(label + ".binding.mode", "must be process on a CPU instance (its ranks are bound by "
-                    "VLLM_CPU_OMP_THREADS_BIND)", mode)
-    ranks = [mapping("%s[%d]" % (where, i), r) for i, r in enumerate(as_list(where, binding.get("ranks", [])))]
-    if len(ranks) != tp_size:
-        checks.fail(where, "must hold tp_size (%d) ranks, one per NUMA node (got %d)" % (tp_size, len(ranks)), ranks)
-    allowed = set(parse_cpulist(cpus))
-    out = []
-    for i, rank in enumerate(ranks):
-        at = "%s[%d]" % (where, i)
-        node = checks.integer(at + ".node", rank.get("node"), 0, 4095)
-        if node not in mems:
-            checks.fail(at + ".node", "must be one of binding.mems %s" % join_values(mems), node)
-        rank_cpus = checks.text(at + ".cpus", rank.get("cpus"), record_values.CPULIST,
-                                "must be a cpulist such as 0-47,96-143")
-        try:
-            outside = set(parse_cpulist(rank_cpus)) - allowed
-        except ValueError as exc:
-            checks.fail(at + ".cpus", str(exc), rank_cpus)
-        if outside:
-            checks.fail(at + ".cpus", "must lie inside binding.cpus %s" % cpus, rank_cpus)
-        if "memory_mb" not in rank:
-            checks.fail(at, "lacks memory_mb (the node's memory in MB, null when unknown)", rank)
-        memory = rank["memory_mb"]
-        if memory is not None:
-            memory = checks.integer(at + ".memory_mb", memory, 1, 10 ** 12)
-        out.append({"node": node, "cpus": rank_cpus, "memory_mb": memory})
     return out
 
 

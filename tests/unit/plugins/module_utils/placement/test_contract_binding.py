@@ -35,8 +35,9 @@ def kept_plan():
     (lambda b: b.update(policy="spread"), ".policy", "must be one of"),
     (lambda b: b.update(by_node="yes"), ".by_node", "must be a boolean"),
     (lambda b: b.update(mode="per_gpu"), ".mode", "must be one of"),
-    (lambda b: b.update(mems=[1, 0]), ".mems", ""),
-], ids=["lacks-field", "cpulist", "reversed-range", "policy", "by_node", "mode", "mems-order"])
+    (lambda b: b.update(mems=[1, 0]), ".mems", "must be a sorted list of distinct NUMA nodes"),
+    (lambda b: b.update(mems=[1024]), ".mems[0]", "must be at most 1023"),
+], ids=["lacks-field", "cpulist", "reversed-range", "policy", "by_node", "mode", "mems-order", "mems-bound"])
 def test_the_kept_plan_and_the_role_refuse_the_same_binding(change, field, rule):
     plan = kept_plan()
     bad = copy.deepcopy(plan)
@@ -48,8 +49,7 @@ def test_the_kept_plan_and_the_role_refuse_the_same_binding(change, field, rule)
     kept_message, role_message = str(kept_error.value), str(role_error.value)
     assert kept_message.startswith("kept plan: instances[0].binding%s: %s" % (field, rule))
     assert role_message.startswith("vllm_instances[0] (vllm-0).binding%s: %s" % (field, rule))
-    if field != ".mems":  # the two differ in mems' bounds and wording only
-        assert kept_message.split(".binding", 1)[1] == role_message.split(".binding", 1)[1]
+    assert kept_message.split(".binding", 1)[1] == role_message.split(".binding", 1)[1]
     # the good plan passes both
     check.check_artifact(plan, "kept plan")
     vllm_instance.check_instance(0, plan["instances"][0])

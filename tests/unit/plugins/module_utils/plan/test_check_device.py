@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""plan/check_device.py: the kept plan's device field and CPU instances.
+"""plan/check_device.py (and the shared rules of contract.check_instance_fields):
+the kept plan's device field and CPU instances.
 
 A kept plan written by a real run over a CPU host (mi50_8gpu_nps4 replayed
 as one, two ranks per instance) and a GPU host loads; each damage a
@@ -84,7 +85,7 @@ def _set(path, value):
     (_set(["binding", "ranks", 0, "memory_mb"], "lots"), "binding.ranks[0].memory_mb", "must be an integer"),
     (_set(["binding", "ranks", 0, "memory_mb"], 0), "binding.ranks[0].memory_mb", "must be at least 1 (got 0)"),
     (_set(["binding", "ranks", 0, "gpu"], 0), "binding.ranks[0]", "must be a mapping {node, cpus, memory_mb}"),
-    (_set(["binding", "ranks"], []), "binding.ranks", "must hold at least 1 entries"),
+    (_set(["binding", "ranks"], []), "binding.ranks", "must hold tp_size (2) ranks, one per NUMA node (got '0 ranks')"),
     (_set(["tp_size"], 3), "binding.ranks", "must hold tp_size (3) ranks"),
     (_set(["pp_size"], 2), "pp_size", "must be 1 on a CPU instance"),
     (_set(["gpu_indices"], [0]), "gpu_indices", "must be [] on a CPU instance"),
