@@ -9,16 +9,12 @@ and on the controller (placement).
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
+
 # No machine this collection serves has more CPUs (Linux's own NR_CPUS
 # tops out at 8192). Larger ids are rejected, so that "0-99999999" in a
 # capture is an error and not 100 million integers.
 MAX_CPUS = 65536
-_SHOW = 80
-
-
-def _show(text):
-    """The text for a message: escaped and cut to _SHOW characters."""
-    return repr(text) if len(text) <= _SHOW else repr(text[:_SHOW]) + "..."
 
 
 def _digits(text):
@@ -42,20 +38,20 @@ def parse_cpulist(text):
     for part in text.split(","):
         part = part.strip()
         if not part:
-            raise ValueError("empty element in cpulist %s" % _show(text))
+            raise ValueError("empty element in cpulist %s" % show(text))
         lo, sep, hi = part.partition("-")
         if not (_digits(lo) and (not sep or _digits(hi))):
-            raise ValueError("bad element %s in cpulist %s" % (_show(part), _show(text)))
+            raise ValueError("bad element %s in cpulist %s" % (show(part), show(text)))
         if len(lo.strip()) > 20 or len(hi.strip()) > 20:
             raise ValueError("CPU id in %s is beyond the limit of %d CPUs (cpulist %s)" % (
-                _show(part), MAX_CPUS, _show(text)))
+                show(part), MAX_CPUS, show(text)))
         start = int(lo)
         end = int(hi) if sep else start
         if end < start:
-            raise ValueError("bad range %s in cpulist %s" % (_show(part), _show(text)))
+            raise ValueError("bad range %s in cpulist %s" % (show(part), show(text)))
         if end >= MAX_CPUS:
             raise ValueError("CPU %d in %s is beyond the limit of %d CPUs (cpulist %s)" % (
-                end, _show(part), MAX_CPUS, _show(text)))
+                end, show(part), MAX_CPUS, show(text)))
         cpus.update(range(start, end + 1))
     return sorted(cpus)
 
@@ -87,14 +83,14 @@ def parse_cpumask(text):
     words = text.strip().split(",")
     if len(words) > MAX_CPUS // 32:
         raise ValueError("cpumask %s has %d words, more than the limit of %d CPUs" % (
-            _show(text), len(words), MAX_CPUS))
+            show(text), len(words), MAX_CPUS))
     value = 0
     for word in words:
         word = word.strip().lower()
         if word.startswith("0x"):
             word = word[2:]
         if len(word) > 8 or (word and not all(c in "0123456789abcdef" for c in word)):
-            raise ValueError("bad word %s in cpumask %s (32-bit hex words)" % (_show(word), _show(text)))
+            raise ValueError("bad word %s in cpumask %s (32-bit hex words)" % (show(word), show(text)))
         value = (value << 32) | (int(word, 16) if word else 0)
     return [bit for bit in range(value.bit_length()) if value >> bit & 1]
 

@@ -68,15 +68,17 @@ def test_parse_cpulist_messages(text, message):
         parse_cpulist(text)
 
 
-def test_messages_show_at_most_eighty_characters():
-    exact = "x" * 80
+def test_messages_show_values_as_every_message_does():
+    """The values in a message are common.checks.show's: repr, cut at 60
+    characters with the full length named (one rule for every message)."""
+    exact = "x" * 58  # repr adds two quotes: 60 characters, not cut
     with pytest.raises(ValueError) as info:
         parse_cpulist(exact)
     assert str(info.value) == "bad element %r in cpulist %r" % (exact, exact)
-    longer = "y" * 81
+    longer = "y" * 59
     with pytest.raises(ValueError) as info:
         parse_cpulist(longer)
-    shown = repr("y" * 80) + "..."
+    shown = repr(longer)[:60] + "...(61 characters)"
     assert str(info.value) == "bad element %s in cpulist %s" % (shown, shown)
 
 
