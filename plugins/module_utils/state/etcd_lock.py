@@ -8,8 +8,8 @@ to an etcd lease of `ttl` seconds.
 
 A lease ends when nobody renews it for `ttl` seconds, and etcd then deletes
 the lock key itself: a holder that died anywhere (a crash, a controller
-that lost its network) frees the lock by itself, at most `ttl` seconds
-later. So a live run renews it: keep_alive() before the lease runs out
+that lost its network) frees the lock by itself, `ttl` seconds later (a
+new leader of the cluster gives each lease an election's length more). So a live run renews it: keep_alive() before the lease runs out
 (every plan_record call and every write does; a play longer than `ttl`
 without one loses the lock, and its next write is refused). Nothing is
 kept in the process: each call finds the run's lease on the lock key, so
@@ -174,14 +174,14 @@ def acquire(store, timeout=0, ttl=DEFAULT_TTL, me=None, clock=time.monotonic, sl
 
 
 def _lease_ttl(store, kv):
-    """' (at most N s after its last renewal)': the TTL the holder's lease
+    """' (N s after its last renewal)': the TTL the holder's lease
     was granted with; '' when etcd does not say."""
     try:
         answer = store.client.call("/v3/lease/timetolive", {"ID": str(kv["lease"])})
     except ec.EtcdError:
         return ""
     granted = int(answer.get("grantedTTL") or 0)
-    return " (at most %d s after its last renewal)" % granted if granted > 0 else ""
+    return " (%d s after its last renewal)" % granted if granted > 0 else ""
 
 
 def keep_alive(store, me=None):
