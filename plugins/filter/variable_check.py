@@ -23,11 +23,13 @@ def variable_errors(hostvars, gpu_hosts, gateway_hosts=()):
     errors = []
     gpu = dict((str(h), inventory_variables(hostvars, h, errors)) for h in gpu_hosts or [])
     gateways = dict((str(h), inventory_variables(hostvars, h, errors)) for h in gateway_hosts or [])
+    # The controller's own variables: the record's store (docs/state.md).
+    controller = inventory_variables(hostvars, "localhost", errors) if "localhost" in hostvars else None
     configs, problems = model_config.model_configs(v.get("vllm_model") for v in gpu.values())
     try:
         errors.extend(variable_check.check_fleet(
             gpu, gateways, role_files.spec_names(), role_files.defaults("vllm"), role_files.defaults("gateway"),
-            extra_vars=role_files.extra_var_names(), model_configs=configs))
+            extra_vars=role_files.extra_var_names(), model_configs=configs, controller=controller))
     except (OSError, ValueError) as exc:
         raise AnsibleFilterError("gpufleet.numa.variable_errors: %s" % exc)
     # A config.json that is there but unreadable is each of its hosts' error.

@@ -1,9 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
-"""Lookup kept_plan: the deployed plan file's text, on the controller.
+"""Lookup kept_plan: the deployed plan's text, on the controller: the
+plan file's, or the record's in the run's store (docs/state.md).
 
-Thin shell around plan_artifact.read_plan_file; see docs/plan.md.
+Thin shell around module_utils/state/store.py (the file store reads with
+plan_artifact.read_plan_file); see docs/plan.md.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ author:
 short_description: Read the deployed plan kept between runs, refusing a file that cannot be read
 description:
   - Returns the text of the plan file (C(gpufleet_plan_file), docs/plan.md) on the controller,
-    for P(gpufleet.numa.merge_plan#filter) and P(gpufleet.numa.load_plan#filter).
-  - Returns an empty string only when nothing exists at the path (C(lstat) says ENOENT), as before the first run.
+    for P(gpufleet.numa.merge_plan#filter) and P(gpufleet.numa.load_plan#filter); or, given the run's store
+    settings (P(gpufleet.numa.state_settings#filter)), the record's text in that store (the file, or the key
+    C(<prefix>record) in etcd, docs/state.md).
+  - Returns an empty string only when nothing exists at the path (C(lstat) says ENOENT), as before the first run;
+    in etcd, when the record's key does not exist.
   - Fails naming the file and the reason for everything else that cannot be read - a dangling
     symbolic link, no permission, a directory, FIFO or device, an I/O error, an empty file,
     a file over 64 MiB, text that is not UTF-8. Unlike C(lookup('file', ..., errors='ignore')),
@@ -25,9 +30,12 @@ description:
     a limited run does not reach from the plan and the gateway).
 options:
   _terms:
-    description: The plan file's path (one).
+    description:
+      - The plan file's path, or the run's store settings (a mapping, what P(gpufleet.numa.state_settings#filter)
+        made); one.
+      - The etcd store refuses an empty record and one that is not UTF-8, naming the key and its endpoints.
     type: list
-    elements: path
+    elements: raw
     required: true
 """
 
@@ -35,6 +43,10 @@ EXAMPLES = r"""
 - name: Load the deployed plan
   ansible.builtin.set_fact:
     plan: "{{ lookup('gpufleet.numa.kept_plan', plan_file) | gpufleet.numa.load_plan(plan_file) }}"
+
+- name: Load the deployed plan from the run's store (the file, or etcd)
+  ansible.builtin.set_fact:
+    plan: "{{ lookup('gpufleet.numa.kept_plan', store) | gpufleet.numa.load_plan(store.location) }}"
 """
 
 RETURN = r"""
@@ -48,16 +60,22 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
+from ansible_collections.gpufleet.numa.plugins.module_utils.state import store as state_store
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        if len(terms) != 1 or not isinstance(terms[0], str) or not terms[0]:
-            raise AnsibleLookupError("gpufleet.numa.kept_plan: takes one path, the plan file's (got %d terms)"
-                                     % len(terms))
+        term = plain(terms[0]) if len(terms) == 1 else None
+        if not (isinstance(term, str) and term) and not isinstance(term, dict):
+            raise AnsibleLookupError("gpufleet.numa.kept_plan: takes one path, the plan file's, or the run's store "
+                                     "settings (got %d terms)" % len(terms))
         try:
-            text = plan_artifact.read_plan_file(terms[0])
+            if isinstance(term, str):
+                text = plan_artifact.read_plan_file(term)
+            else:
+                text = state_store.open_store(term).read_text()
         except ValueError as exc:
             raise AnsibleLookupError("gpufleet.numa.kept_plan: %s" % exc)
         return [text or ""]

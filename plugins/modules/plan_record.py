@@ -11,8 +11,12 @@ module: plan_record
 short_description: Lock the kept plan for a run, write it only over the revision the run started from
 version_added: "0.4.0"
 description:
-  - Used by C(playbooks/deploy_inference.yml) and C(playbooks/decommission.yml) on the kept plan
-    (C(gpufleet_plan_file), the state of record). Runs on the controller (action plugin).
+  - Used by C(playbooks/deploy_inference.yml), C(playbooks/decommission.yml) and C(playbooks/measure_bandwidth.yml) on
+    the kept plan (the state of record). Runs on the controller (action plugin).
+  - The record is kept in a store (O(store), docs/state.md) - the C(file) C(gpufleet_plan_file) on the controller (the
+    default, what O(path) names), or C(etcd) - and each state does the same in either. What follows says it for the
+    file; in etcd the lock is the key C(<prefix>lock) on a lease that a keeper process renews while the run's
+    C(ansible-playbook) process lives, and every write is one txn compared on the record's and the lock's revisions.
   - O(state=locked) takes the run's lock, C(<plan file>.lock) beside the record, before the record is read.
     The lock names its holder (the C(ansible-playbook) process, its host, user, command line and start).
     A live holder is waited for up to O(timeout) seconds, then the task fails naming it, before anything
@@ -25,14 +29,21 @@ description:
     it fails and writes nothing. The file is written whole to a temporary file, synced and renamed; an
     unchanged record is not written.
   - O(state=unlocked) frees the lock when this run holds it.
-  - The logic is in C(plugins/module_utils/state/lock.py) and C(state/record.py).
+  - The logic is in C(plugins/module_utils/state/store.py), around C(state/lock.py) and C(state/record.py) (file) and
+    C(state/etcd_lock.py), C(state/etcd_record.py) and C(state/keepalive.py) (etcd).
 author:
   - gpufleet.numa contributors (@gpufleet)
 options:
   path:
-    description: The kept plan's absolute path on the controller.
+    description:
+      - The kept plan's absolute path on the controller (the C(file) store). One of O(path) and O(store).
     type: path
-    required: true
+  store:
+    description:
+      - The run's store settings, as P(gpufleet.numa.state_settings#filter) makes them (the playbooks keep them in the
+        fact C(__gpufleet_state)). One of O(path) and O(store).
+      - With C(etcd) they hold the etcd password; the module never returns or prints them.
+    type: dict
   state:
     description: Take the lock, write the record, or free the lock.
     type: str
@@ -69,6 +80,9 @@ attributes:
 notes:
   - The lock file stays beside the record; empty, it is free. Only a holder on another controller cannot be
     judged dead from here; the error message then says how to free the lock by hand.
+  - In etcd a holder anywhere that died frees the lock by itself, when its lease ends (docs/state.md).
+  - Every O(state=written) renews an etcd lock first; a run that lost its lock (its lease ended) is told so, and
+    nothing is written.
 """
 
 EXAMPLES = r"""
@@ -85,6 +99,12 @@ EXAMPLES = r"""
     state: written
     record: "{{ record }}"
   run_once: true
+
+- name: Take the run's lock on the record in the run's store (file or etcd)
+  gpufleet.numa.plan_record:
+    store: "{{ hostvars['localhost'].__gpufleet_state }}"
+    state: locked
+  run_once: true
 """
 
 RETURN = r"""
@@ -93,7 +113,9 @@ locked:
   returned: with state=locked
   type: bool
 revision:
-  description: The record's revision (C(sha256:...) of its bytes, or C(absent)) as the lock now keeps it.
+  description:
+    - The record's revision as the lock now keeps it - C(sha256:...) of the file's bytes, C(etcd:<mod_revision>)
+      of the etcd key, or C(absent).
   returned: with state=locked or state=written, when not in check mode
   type: str
 took_over:

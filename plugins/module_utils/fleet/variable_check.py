@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import rules
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import host_settings
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import policy as host_preflight
 from ansible_collections.gpufleet.numa.plugins.module_utils.state import lock as state_lock
+from ansible_collections.gpufleet.numa.plugins.module_utils.state import store as state_store
 
 PREFIXES = ("gpufleet_", "vllm_", "gateway_", "numa_", "audit_")
 
@@ -39,7 +40,7 @@ PLAYBOOK_VARIABLES = (
     "audit_unit_prefix", "audit_become", "gpufleet_preflight", "numa_preflight_capture",
     "gpufleet_metrics_dir", "gpufleet_node_exporter_port", "gpufleet_alert_down_for", "audit_textfile_dir",
     "gpufleet_lock_timeout",
-) + tuple(variable for option, variable, kind in host_settings.SETTINGS) + tuple(
+) + state_store.VARIABLES + tuple(variable for option, variable, kind in host_settings.SETTINGS) + tuple(
     sorted(bandwidth_settings.VARIABLES.values()))  # playbooks/measure_bandwidth.yml
 INVENTORY_VARIABLES = ("gpufleet_repo", "gpufleet_fixtures", "gpufleet_staging")
 
@@ -258,20 +259,46 @@ def playbook_errors(variables):
     return errors
 
 
-def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults, extra_vars=(), model_configs=None):
-    """Every error of the fleet, as "HOST: VARIABLE: RULE (got VALUE)", GPU hosts then gateways, each sorted."""
+def store_errors(controller):
+    """The record's store settings of the controller's variables
+    (state/store.settings): its first error, or none."""
+    try:
+        state_store.settings(controller)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
+def not_the_controllers(variables, controller):
+    """The store's variables a host has with another value than the
+    controller's: the run reads the controller's alone (values never shown)."""
+    return ["%s: is read from the controller's variables (group_vars/all, host_vars/localhost or -e): this host's "
+            "own value differs from the controller's and would be ignored; set it for the controller" % name
+            for name in state_store.VARIABLES if name in variables and variables[name] != controller.get(name)]
+
+
+def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults, extra_vars=(), model_configs=None,
+                controller=None):
+    """Every error of the fleet, as "HOST: VARIABLE: RULE (got VALUE)", GPU hosts then gateways, each sorted,
+    then the controller's (CONTROLLER: localhost's variables, the record's store; None: not checked)."""
     known = known_names(spec_names)
     errors = []
+
+    def own(variables):
+        return [] if controller is None else not_the_controllers(variables, controller)
     for host in sorted(gpu_hosts):
         variables = gpu_hosts[host]
         found = unknown_errors(variables, known, extra_vars) + placement_errors(host, variables) + playbook_errors(variables)
-        found += vllm_errors(variables, vllm_defaults) + model_errors(variables, model_configs or {})
+        found += own(variables) + vllm_errors(variables, vllm_defaults) + model_errors(variables, model_configs or {})
         errors.extend("%s: %s" % (host, error) for error in found)
     for host in sorted(gateways):
         variables = gateways[host]
-        found = [] if host in gpu_hosts else unknown_errors(variables, known, extra_vars) + playbook_errors(variables)
+        found = [] if host in gpu_hosts else unknown_errors(variables, known, extra_vars) + playbook_errors(variables) \
+            + own(variables)
         found += gateway_errors(variables, gateway_defaults)
         errors.extend("%s: %s" % (host, error) for error in found)
+    if controller is not None:
+        errors.extend("localhost: %s" % error for error in store_errors(controller))
     return errors
 
 

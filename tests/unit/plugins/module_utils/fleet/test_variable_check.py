@@ -163,3 +163,25 @@ def test_the_metrics_variables_are_checked_before_anything_changes():
         "gpu-a: gpufleet_alert_down_for: must be a Prometheus duration such as 30s, 2m or 1h30m (units y w d h m s "
         "ms, largest first) (got '2 minutes')",
         "lb-1: gpufleet_node_exporter_port: must be at least 1 (got 0)"]
+
+
+def test_the_records_store_is_the_controllers_checked_with_the_fleet():
+    """gpufleet_state_backend and gpufleet_etcd_* are the controller's
+    (docs/state.md): checked before anything changes, and a host's own
+    different value is an error, its value never shown."""
+    store = {"gpufleet_state_backend": "etcd", "gpufleet_etcd_endpoints": ["http://10.0.0.1:2379"],
+             "gpufleet_etcd_prefix": "/gpufleet/prod/", "gpufleet_etcd_username": "deploy",
+             "gpufleet_etcd_password": SECRET, "gpufleet_etcd_lock_ttl": 60}
+    good = variable_check.check_fleet({"gpu-a": good_gpu(**store)}, {}, role_files.spec_names(),
+                                      role_files.defaults("vllm"), role_files.defaults("gateway"), controller=store)
+    assert good == []
+    errors = variable_check.check_fleet(
+        {"gpu-a": good_gpu(gpufleet_etcd_password="other-" + SECRET)}, {"lb-1": {"gateway_listen_address": "127.0.0.1"}},
+        role_files.spec_names(), role_files.defaults("vllm"), role_files.defaults("gateway"),
+        controller=dict(store, gpufleet_etcd_prefix="prod"))
+    assert errors == [
+        "gpu-a: gpufleet_etcd_password: is read from the controller's variables (group_vars/all, host_vars/localhost "
+        "or -e): this host's own value differs from the controller's and would be ignored; set it for the controller",
+        "localhost: gpufleet_etcd_prefix: must be a key prefix such as /gpufleet/<fleet>/: '/'-separated names of "
+        "[A-Za-z0-9._-], ending in '/' (got 'prod')"]
+    assert not [e for e in errors if SECRET in e]
