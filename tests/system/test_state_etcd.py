@@ -16,7 +16,6 @@ without one, in words.
 """
 
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -28,102 +27,21 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.state import etcd_cl
 from ansible_collections.gpufleet.numa.plugins.module_utils.state import etcd_lock, etcd_record, lock
 from ansible_collections.gpufleet.numa.plugins.module_utils.state.record import RecordChanged
 
-from fleet_processes import ProcessGroup, free_port, http_request, wait_until
+from etcd_cluster import NEEDS_ETCD, cluster_of
+from fleet_processes import wait_until
 
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
-ADDRESS = "127.0.0.1"
-ENVIRONMENT = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin", "LANG": "C.UTF-8"}
-
-pytestmark = pytest.mark.skipif(not os.access(ETCD, os.X_OK), reason="etcd is not installed (scripts/setup)")
-
-
-class Cluster(object):
-    """etcd members on loopback: their client URLs by name, and their processes."""
-
-    def __init__(self, group, root, size=3, tls=None):
-        self.group, self.names = group, ["m%d" % i for i in range(size)]
-        scheme = "https" if tls else "http"
-        self.clients = dict((name, "%s://%s:%d" % (scheme, ADDRESS, free_port(ADDRESS))) for name in self.names)
-        peers = dict((name, "http://%s:%d" % (ADDRESS, free_port(ADDRESS))) for name in self.names)
-        initial = ",".join("%s=%s" % (name, peers[name]) for name in self.names)
-        for name in self.names:
-            argv = [ETCD, "--name", name, "--data-dir", os.path.join(root, name),
-                    "--listen-client-urls", self.clients[name], "--advertise-client-urls", self.clients[name],
-                    "--listen-peer-urls", peers[name], "--initial-advertise-peer-urls", peers[name],
-                    "--initial-cluster", initial, "--initial-cluster-state", "new",
-                    "--initial-cluster-token", os.path.basename(root),
-                    "--heartbeat-interval", "50", "--election-timeout", "500"]
-            if tls:
-                argv += ["--cert-file", tls["server_cert"], "--key-file", tls["server_key"],
-                         "--trusted-ca-file", tls["ca"], "--client-cert-auth"]
-            group.start(name, argv, ENVIRONMENT)
-        self.tls = tls
-
-    def endpoints(self, first=None):
-        names = sorted(self.names, key=lambda name: name != first)
-        return [self.clients[name] for name in names]
-
-    def status(self, name):
-        """(member id, leader id) as the member says, or None."""
-        client = ec.Client(dict(self.settings("/x/"), endpoints=[self.clients[name]], retry_seconds=0, timeout=2))
-        try:
-            answer = client.call("/v3/maintenance/status", {})
-        except ec.EtcdError:
-            return None
-        return answer["header"]["member_id"], answer.get("leader")
-
-    def leader(self):
-        for name in self.names:
-            status = self.status(name)
-            if status and status[0] == status[1]:
-                return name
-        return None
-
-    def settings(self, prefix, **more):
-        values = {"endpoints": self.endpoints(), "prefix": prefix, "timeout": 2, "retry_seconds": 10}
-        values.update(more)
-        return values
-
-    def wait_healthy(self):
-        for name in self.names:
-            process = self.group.processes[name][0]
-
-            def healthy(name=name, process=process):
-                if process.poll() is not None:
-                    raise AssertionError("etcd %s exited:\n%s" % (name, self.group.log(name)))
-                if self.tls:
-                    return True
-                try:
-                    host, port = self.clients[name].rsplit("/", 1)[1].split(":")
-                    status, dummy, body = http_request(host, int(port), "GET", "/health", timeout=1)
-                    return status == 200 and b'"true"' in body
-                except OSError:
-                    return False
-            wait_until(healthy, 30, what="etcd member %s healthy" % name)
-        if not self.tls:
-            wait_until(self.leader, 30, what="an etcd leader")
-        return self
-
-
-def _cluster(tmp_path_factory, size=3, tls=None):
-    root = str(tmp_path_factory.mktemp("etcd"))
-    group = ProcessGroup(root)
-    try:
-        cluster = Cluster(group, root, size, tls)
-        yield cluster.wait_healthy()
-    finally:
-        group.stop_all()
+pytestmark = NEEDS_ETCD
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """Three members, shared by the tests that kill none (each its own key prefix)."""
-    yield from _cluster(tmp_path_factory)
+    yield from cluster_of(tmp_path_factory)
 
 
 @pytest.fixture
 def own_cluster(tmp_path_factory):
-    yield from _cluster(tmp_path_factory)
+    yield from cluster_of(tmp_path_factory)
 
 
 @pytest.fixture
@@ -340,7 +258,7 @@ def certificates(tmp_path):
 
 
 def test_tls_with_client_certificates(tmp_path_factory, certificates):
-    member = _cluster(tmp_path_factory, size=1, tls=certificates)
+    member = cluster_of(tmp_path_factory, size=1, tls=certificates)
     cluster = next(member)
     try:
         settings = cluster.settings("/gpufleet/tls/", ca_file=certificates["ca"], retry_seconds=1)
