@@ -5,12 +5,13 @@
 
 Each case renders the HAProxy configuration into a temporary directory
 (local connection, nothing installed or started) and is checked with the
-real `haproxy -c`. An ansible-playbook start-up costs seconds, so the cases
-share start-ups: every case is one block of a generated playbook that
-includes the role with the case's variables; its rescue records why the
-case failed. Three start-ups in all: the example cases, a second run of the
-staging case (nothing may change), and the generated cases of the property
-test. Rendered files are compared with golden files under golden/gateway/;
+real `haproxy -c`. An ansible-playbook start-up costs seconds, and loading
+the role once per case costs more, so the cases share both: every case is
+one host of a generated inventory, with the case's variables as its host
+variables, and one block includes the role for all of them at once; its
+rescue records why a case failed. Three start-ups in all: the example
+cases, a second run of the staging case (nothing may change), and the
+generated cases of the property test. Rendered files are compared with golden files under golden/gateway/;
 set GPUFLEET_UPDATE_GOLDEN=1 to rewrite them after a deliberate change.
 """
 
@@ -109,43 +110,40 @@ def yaml_value(value):
     return json.dumps(value)
 
 
-CASE = """\
-    - name: {title}
-      check_mode: {check_mode}
+PLAY = """\
+- name: Gateway role, one host per case
+  hosts: cases
+  gather_facts: false
+  tasks:
+    - name: Run the role with the case's variables
+      check_mode: "{{ case_check_mode }}"
       block:
-        - name: Run the role ({title})
+        - name: Run the role
           ansible.builtin.include_role:
             name: gpufleet.numa.gateway
-          vars: {variables}
-        - name: Record success ({title})
+        - name: Record success
           ansible.builtin.set_fact:
-            __case_results: "{{{{ __case_results | combine({{{key}: {{'failed': false,
-              'changed': __gateway_config.changed | default(false),
-              'backup_file': __gateway_config.backup_file | default(none)}}}}) }}}}"
+            __case_result: "{{ {'failed': false, 'changed': __gateway_config.changed | default(false),
+                                'backup_file': __gateway_config.backup_file | default(none)} }}"
       rescue:
-        - name: Record failure ({title})
+        - name: Record failure
           ansible.builtin.set_fact:
-            __case_results: "{{{{ __case_results | combine({{{key}: {{'failed': true,
-              'msg': ansible_failed_result.msg | default('') | string}}}}) }}}}"
-"""
-PLAY = """\
-- name: Gateway role, one block per case
+            __case_result: "{{ {'failed': true, 'msg': ansible_failed_result.msg | default('') | string} }}"
+
+- name: Every case's outcome
   hosts: localhost
   gather_facts: false
-  vars:
-    __case_results: {{}}
   tasks:
-{cases}
     - name: Write every case's outcome
       ansible.builtin.copy:
-        dest: {results}
-        content: "{{{{ __case_results | to_json }}}}"
+        dest: "{{ case_results }}"
+        content: "{{ dict(groups['cases'] | zip(groups['cases'] | map('extract', hostvars, '__case_result'))) | to_json }}"
         mode: "0644"
       check_mode: false
 """
 
 
-def run_playbook(tmp_path, text):
+def run_playbook(tmp_path, text, inventory="localhost,"):
     """One ansible-playbook start-up; return (returncode, combined output)."""
     playbook = tmp_path / "play.yml"
     playbook.write_text(text)
@@ -158,7 +156,7 @@ def run_playbook(tmp_path, text):
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".ansible-tmp"),
     })
     command = [
-        str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
+        str(ANSIBLE_PLAYBOOK), "-i", inventory, "-c", "local",
         "-e", "ansible_python_interpreter=%s" % PYTHON, str(playbook),
     ]
     result = subprocess.run(
@@ -170,13 +168,17 @@ def run_playbook(tmp_path, text):
 
 def run_cases(tmp_path, cases):
     """Run every case ({name: {"vars": {...}, "check_mode": bool}}) in one
-    ansible-playbook start-up; return ({name: outcome}, output), outcome
-    {"failed", "msg"} or {"failed", "changed", "backup_file"}."""
-    blocks = [CASE.format(title="case %d %s" % (index, name), key="'%s'" % name,
-                          check_mode=json.dumps(bool(case.get("check_mode"))), variables=yaml_value(case["vars"]))
-              for index, (name, case) in enumerate(cases.items())]
+    ansible-playbook start-up, each case a host; return ({name: outcome},
+    output), outcome {"failed", "msg"} or {"failed", "changed", "backup_file"}."""
     results = tmp_path / "results.json"
-    returncode, output = run_playbook(tmp_path, PLAY.format(cases="".join(blocks), results=json.dumps(str(results))))
+    lines = ["all:", "  vars:", "    case_results: %s" % yaml_string(str(results)), "  hosts:",
+             "    localhost: {case_check_mode: false}", "  children:", "    cases:", "      hosts:"]
+    for name, case in cases.items():
+        variables = dict(case["vars"], case_check_mode=bool(case.get("check_mode")))
+        lines.append("        %s: %s" % (yaml_string(name), yaml_value(variables)))
+    inventory = tmp_path / "cases.yml"
+    inventory.write_text("\n".join(lines) + "\n")
+    returncode, output = run_playbook(tmp_path, PLAY, inventory=str(inventory))
     assert returncode == 0, output
     outcomes = json.loads(results.read_text())
     assert sorted(outcomes) == sorted(cases), output
