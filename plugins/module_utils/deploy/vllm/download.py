@@ -66,7 +66,7 @@ def offline_environment(v):
 
 def download_plan(v, existing):
     """Whether the role downloads vllm_model into vllm_hf_home before any
-    unit starts, and with what (existing: path -> find result on the host,
+    unit starts, and with what (existing: path -> stat_paths result on the host,
     None when unknown). A model that is an absolute path, or whose cache
     already has a snapshot folder (downloaded, or seeded by hand), is not
     downloaded. Whether the host can run the download is

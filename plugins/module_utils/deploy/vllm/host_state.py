@@ -70,7 +70,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import l
 
 
 def existing_index(existing):
-    """find results (file_type any) by path."""
+    """stat_paths results (find's fields) by path."""
     if existing is None:
         return None
     index = {}
@@ -84,13 +84,13 @@ def is_executable(entry):
     if not entry:
         return False
     if entry.get("islnk"):
-        return True  # find does not follow links; ExecStart's check does
+        return True  # stat_paths does not follow links; ExecStart's check does
     return bool(entry.get("isreg") and (entry.get("xusr") or entry.get("xgrp") or entry.get("xoth")))
 
 
 def check_executables(executables, existing, host):
     """Each program ExecStart runs exists and is executable (existing: path ->
-    find result on the host)."""
+    stat_paths result on the host)."""
     for entry in executables:
         if not is_executable(existing.get(entry["path"])):
             hint = {"vllm_numactl": "install numactl (vllm_packages), set vllm_numactl, or use vllm_binding: systemd",
@@ -102,7 +102,7 @@ def check_executables(executables, existing, host):
 
 def check_download_python(plan, existing, install, host):
     """A download the role does not install vLLM for needs vllm_download_python
-    on the host (existing: path -> find result, None when unknown)."""
+    on the host (existing: path -> stat_paths result, None when unknown)."""
     model = plan["model"]
     if not plan["needed"]:
         return
@@ -115,7 +115,7 @@ def check_download_python(plan, existing, install, host):
 
 
 def as_planned(entry, kind, mode=None, owner=None, group=None):
-    """Whether what find saw already has the kind, mode and owner the role would give it."""
+    """Whether what stat_paths saw already has the kind, mode and owner the role would give it."""
     if not entry or not entry.get(kind):
         return False
     return ((mode is None or entry.get("mode") == mode) and (owner is None or entry.get("pw_name") == owner)
@@ -156,7 +156,7 @@ def host_units(instances, variables):
         check_executables(executables(v), existing, host)
     download = download_plan(v, existing)
     check_download_python(download, existing, install, host)
-    # With `existing` (what find saw on the host), mark what already matches:
+    # With `existing` (what stat_paths saw on the host), mark what already matches:
     # the role then skips it, unless the rendered content differs (files).
     existing = existing or {}
     for unit in units:

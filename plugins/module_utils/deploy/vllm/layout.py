@@ -24,6 +24,7 @@ HELPERS = (command.CHECKER, command.WAIT_READY, command.AGENT, command.AGENT_STA
 # A snapshot folder in the hub cache is named by a 40-hex commit: the glob
 # matches nothing else the role looks at.
 SNAPSHOT = "[0-9a-f]" * 40
+_GLOB = re.compile(r"[*?[]")
 
 
 def managed_first_line():
@@ -65,4 +66,6 @@ def look_paths(variables):
     paths += [posixpath.join(libexec, helper) for helper in HELPERS]
     paths += [posixpath.join(units, prefix + command.AGENT_SOCKET), posixpath.join(config, prefix + "*.yaml"),
               posixpath.join(units, prefix + "*.service")]
-    return [path for path in paths if path]
+    # What stat_paths cannot look at (a relative path, a glob in a folder)
+    # is a malformed variable: left out here, named by vllm_units.
+    return [path for path in paths if path.startswith("/") and not _GLOB.search(posixpath.dirname(path))]

@@ -44,7 +44,7 @@ def restarting_instances(units, written, install_changed=False):
 
 def stale_candidates(existing, planned, folders, prefix):
     """Whether the host may hold stale files of the role: regular files that
-    find saw in the unit or option folder (folders), named PREFIX*.service,
+    stat_paths saw in the unit or option folder (folders), named PREFIX*.service,
     PREFIX*.socket (the gateways' agent) or PREFIX*.yaml, that the plan does
     not have. Only then does the role read
     their first lines for its marker (tasks/cleanup.yml), so a rerun with

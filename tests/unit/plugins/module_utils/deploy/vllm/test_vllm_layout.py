@@ -54,6 +54,17 @@ def test_the_look_reads_unchecked_variables_without_failing():
     assert "/etc/systemd/system/gpufleet-*.service" in layout.look_paths(role_defaults())
 
 
+def test_the_look_leaves_out_what_stat_paths_cannot_look_at():
+    """A relative directory or a glob in a folder is a malformed variable:
+    left out of the look (stat_paths would refuse the whole look), so that
+    vllm_units names the variable."""
+    paths = layout.look_paths(dict(ROLE, vllm_state_dir="var/lib/vllm", vllm_config_dir="/etc/v*llm"))
+    assert paths and all(p.startswith("/") for p in paths)
+    assert not any("var/lib/vllm" in p and not p.startswith("/var/lib/vllm") for p in paths)
+    assert "/etc/v*llm" in paths  # the folder itself, looked at in /etc
+    assert not any(p.startswith("/etc/v*llm/") for p in paths)
+
+
 def test_the_marker_is_found_only_on_the_first_line():
     found = re.compile(layout.managed_first_line())
     assert found.search(command.MANAGED_MARKER + "; instance vllm-0: ...\n[Unit]\n")
