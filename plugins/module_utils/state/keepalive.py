@@ -153,10 +153,10 @@ def main(stdin=None):
     store = etcd_lock.Store(ec.Client(job["settings"]))
     try:
         if store.client.keepalive(job["lease"]) <= 0:
-            print("lease %d has ended already" % job["lease"])
+            sys.stdout.write("lease %d has ended already\n" % job["lease"])
             return 1
     except ec.EtcdError as exc:
-        print(str(exc))
+        sys.stdout.write("%s\n" % exc)
         return 1
     _detach()
     sys.stdout.write("%s %d\n" % (READY, os.getpid()))
