@@ -13,6 +13,8 @@ made the deploy "take down" the gateway.
 
 import json
 
+import pytest
+
 from ansible_collections.gpufleet.numa.tests.fixtures.demo_fleet import (
     A6000, demo_copy, record, run_playbook as run, write_inventory)
 
@@ -41,12 +43,26 @@ def _edit_record(fleet, change):
     path.write_text(text)
 
 
-def test_a_damaged_record_cannot_take_down_what_it_names(tmp_path):
-    fleet = demo_copy(tmp_path)
-    base = write_inventory(fleet, "hosts.yml")
-    run(fleet, "deploy_inference.yml", base)
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """The demo fleet deployed once for the module: each refused run below
+    changes nothing, and puts the record it damaged back; the test that
+    changes the fleet comes last."""
+    fleet = demo_copy(tmp_path_factory.mktemp("take-down"))
+    run(fleet, "deploy_inference.yml", write_inventory(fleet, "hosts.yml"))
     assert units(fleet, A6000) == AGENT + ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
+    return fleet
 
+
+@pytest.fixture
+def fleet(deployed):
+    path = deployed["staging"] / "gpufleet-plan.json"
+    kept = path.read_bytes()
+    yield deployed
+    path.write_bytes(kept)
+
+
+def test_a_damaged_record_cannot_take_down_what_it_names(fleet, tmp_path):
     # Planted services that carry the role's marker, and a record pointing there.
     planted = tmp_path / "planted"
     planted.mkdir()
@@ -68,24 +84,8 @@ def test_a_damaged_record_cannot_take_down_what_it_names(tmp_path):
     assert units(fleet, A6000) == AGENT + ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
 
 
-def test_a_host_leaves_the_record_only_once_its_units_are_gone(tmp_path):
-    fleet = demo_copy(tmp_path)
-    run(fleet, "deploy_inference.yml", write_inventory(fleet, "hosts.yml"))
-    # A unit edited by hand (no marker): the take-down does not delete it,
-    # so the host is not taken down and stays recorded.
-    unit = fleet["staging"] / A6000 / "etc" / "systemd" / "system" / "gpufleet-vllm-1.service"
-    unit.write_text(unit.read_text().split("\n", 1)[1])
-    out = run(fleet, "deploy_inference.yml", write_inventory(fleet, "retired.yml", retire_a6000), rc=2)
-    assert ("%s stays in the kept plan: its recorded unit(s) are still there after the take-down: "
-            "gpufleet-vllm-1.service (a unit file is still at %s)" % (A6000, unit)) in out, out[-3000:]
-    assert A6000 in record(fleet)["hosts"] and unit.exists()
-    assert "removed: %s" % A6000 not in out
-
-
-def test_a_record_naming_the_gateway_as_a_gpu_host_stops_the_run(tmp_path):
-    fleet = demo_copy(tmp_path)
-    base = write_inventory(fleet, "hosts.yml")
-    run(fleet, "deploy_inference.yml", base)
+def test_a_record_naming_the_gateway_as_a_gpu_host_stops_the_run(fleet):
+    base = fleet["inventory"] / "hosts.yml"
     # The A6000's entries renamed to the gateway's name: the deploy would
     # take "demo-gateway" down as a GPU host that left gpu_servers.
     _edit_record(fleet, lambda text: text.replace(A6000, "demo-gateway"))
@@ -95,3 +95,16 @@ def test_a_record_naming_the_gateway_as_a_gpu_host_stops_the_run(tmp_path):
             "gateway, not in gpu_servers: never taken down as a GPU host") in out, out[-3000:]
     assert (fleet["staging"] / "gpufleet-plan.json").read_bytes() == before
     assert "Deploy one NUMA-bound vLLM unit" not in out
+
+
+def test_a_host_leaves_the_record_only_once_its_units_are_gone(fleet):
+    """Last: the run takes vllm-0 down."""
+    # A unit edited by hand (no marker): the take-down does not delete it,
+    # so the host is not taken down and stays recorded.
+    unit = fleet["staging"] / A6000 / "etc" / "systemd" / "system" / "gpufleet-vllm-1.service"
+    unit.write_text(unit.read_text().split("\n", 1)[1])
+    out = run(fleet, "deploy_inference.yml", write_inventory(fleet, "retired.yml", retire_a6000), rc=2)
+    assert ("%s stays in the kept plan: its recorded unit(s) are still there after the take-down: "
+            "gpufleet-vllm-1.service (a unit file is still at %s)" % (A6000, unit)) in out, out[-3000:]
+    assert A6000 in record(fleet)["hosts"] and unit.exists()
+    assert "removed: %s" % A6000 not in out
