@@ -101,9 +101,10 @@ def test_it_finds_the_collections_tree_it_was_loaded_from():
     assert keepalive.collections_root("ansible.module_utils.keepalive", keepalive.__file__) is None
 
 
-def test_a_keeper_whose_lease_ended_says_so_and_does_not_start(monkeypatch):
+def test_a_keeper_whose_lease_ended_says_so_and_does_not_start(monkeypatch, capsys):
     cluster = Cluster()
     cluster.lease = 8
     monkeypatch.setattr(ec, "Client", lambda settings: cluster)
     stdin = io.StringIO(json.dumps({"settings": cluster.settings, "lease": 7, "holder": HOLDER, "interval": 10}))
     assert keepalive.main(stdin) == 1
+    assert capsys.readouterr().out == "lease 7 has ended already\n"  # what start() then reports
