@@ -16,11 +16,6 @@
         One completion per served model NAME through URL (the gateway):
         HTTP status and the model that answered.
 
-    engine_probe.py load URL MODEL STOPFILE SECONDS THREADS INTERVAL
-        THREADS loops POST short completions for MODEL to URL, INTERVAL
-        seconds apart, until STOPFILE exists or SECONDS have passed:
-        requests sent, failed (the first few errors).
-
     engine_probe.py metrics URL...
         GET each URL (an instance's /metrics): status and how many vllm:
         samples it has.
@@ -29,8 +24,6 @@
 import json
 import os
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -157,40 +150,6 @@ def models(url, names):
     return report
 
 
-def load(url, model, stopfile, seconds, threads, interval):
-    lock = threading.Lock()
-    tally = {"sent": 0, "failed": 0, "failures": []}
-    deadline = time.monotonic() + seconds
-
-    def loop():
-        while time.monotonic() < deadline and not os.path.exists(stopfile):
-            error = None
-            try:
-                code, body = post(url, {"model": model, "prompt": "load", "max_tokens": 4}, 60)
-                if body.get("model") != model:
-                    error = "answered by %r" % body.get("model")
-            except urllib.error.HTTPError as failure:
-                error = "HTTP %d" % failure.code
-            except (OSError, ValueError) as failure:
-                error = str(failure)
-            with lock:
-                tally["sent"] += 1
-                if error:
-                    tally["failed"] += 1
-                    if len(tally["failures"]) < 10:
-                        tally["failures"].append(error)
-            time.sleep(interval)
-
-    workers = [threading.Thread(target=loop) for dummy in range(threads)]
-    started = time.monotonic()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    tally["seconds"] = round(time.monotonic() - started, 1)
-    return tally
-
-
 def metrics(urls):
     report = {}
     for url in urls:
@@ -209,8 +168,6 @@ def main(argv):
         result = dict((spec["unit"], check_unit(spec)) for spec in json.loads(argv[1]))
     elif len(argv) >= 3 and argv[0] == "models":
         result = models(argv[1], argv[2:])
-    elif len(argv) == 7 and argv[0] == "load":
-        result = load(argv[1], argv[2], argv[3], float(argv[4]), int(argv[5]), float(argv[6]))
     elif len(argv) >= 2 and argv[0] == "metrics":
         result = metrics(argv[1:])
     else:
