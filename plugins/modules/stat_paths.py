@@ -39,6 +39,7 @@ attributes:
   platform:
     support: full
     platforms: posix
+    description: Any POSIX host with Python; role C(gpufleet.numa.vllm) runs it on its GPU servers.
 """
 
 EXAMPLES = r"""
