@@ -275,8 +275,10 @@ class Client(object):
         if self.token:
             headers["Authorization"] = self.token
         request = urllib.request.Request(endpoint + path, json.dumps(body).encode("utf-8"), headers, method="POST")
+        # An opener with the store's TLS context (what urlopen(context=) builds).
+        handlers = [urllib.request.HTTPSHandler(context=self.tls)] if self.tls else []
         try:
-            with urllib.request.urlopen(request, timeout=self.settings["timeout"], context=self.tls) as answer:
+            with urllib.request.build_opener(*handlers).open(request, timeout=self.settings["timeout"]) as answer:
                 return answer.status, answer.read(MAX_ANSWER_BYTES)
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read(MAX_ANSWER_BYTES)
