@@ -129,3 +129,33 @@ def test_the_events_never_change_the_run_they_are_given(facts):
     fleet_run.routed(run, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})
     fleet_run.gateway_configured(run)
     assert run == frozen
+
+
+def test_a_host_that_did_not_converge_is_routed_at_its_recorded_address(facts):
+    """Issue 35: h100's address changes while it is down. The record keeps
+    where its units listen (hosts.h100.address), and the gateway routes it
+    there; rtx4090 converges at its new address, which the record takes."""
+    run = propose(facts)
+    run = fleet_run.converged(run, FLEET, runs(run, FLEET), {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})
+    assert [run["record"]["hosts"][h]["address"] for h in FLEET] == ["10.0.0.1", "10.0.0.2"]
+    kept = artifact.dump_artifact(run["record"])
+    assert artifact.load_artifact(kept, name="/k/plan.json")["hosts"]["h100"]["address"] == "10.0.0.1"
+    moved = {"h100": "10.9.9.1", "rtx4090": "10.9.9.2"}
+    run = propose(facts, kept=kept)
+    run = fleet_run.converged(run, ["rtx4090"], runs(run, ["rtx4090"]), moved)  # h100 unreachable
+    assert run["record"]["hosts"]["h100"]["address"] == "10.0.0.1"
+    assert run["record"]["hosts"]["rtx4090"]["address"] == "10.9.9.2"
+    backends = fleet_run.routed(run, moved)["gateway"]["backends"]
+    assert sorted(set((b["host"], b["address"]) for b in backends)) == [("h100", "10.0.0.1"), ("rtx4090", "10.9.9.2")]
+
+
+def test_a_record_without_addresses_is_routed_at_todays_inventory(facts):
+    """A record written before hosts.HOST.address: its hosts are routed at
+    their vllm_listen_host now (a wildcard: their ansible_host), until they
+    converge and record one."""
+    run = propose(facts, kept=deployed(facts))
+    assert all("address" not in entry for entry in run["record"]["hosts"].values())
+    routed = fleet_run.routed(run, {"h100": "0.0.0.0", "rtx4090": "10.0.0.2"}, {"h100": "gpu-a.example"})
+    assert sorted(set((b["host"], b["address"]) for b in routed["gateway"]["backends"])) == [
+        ("h100", "gpu-a.example"), ("rtx4090", "10.0.0.2")]
+
