@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Filters that make and advance a deploy run (docs/deploy.md, "One run"):
 run_proposed, run_loaded, run_refused, run_converged, run_removed,
-run_routed, run_configured and run_report. Each reads what Ansible holds
+run_routed, run_configured, run_plan_lines and run_report. Each reads what Ansible holds
 (hostvars, the play's hosts) into plain values and makes one call into
 module_utils/fleet/ (plan.py, run.py).
 """
@@ -108,6 +108,10 @@ def _routed(run, hostvars):
     return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), run["fleet"]))
 
 
+def _plan_lines(run, run_tags, skip_tags):
+    return fleet_run.plan_lines(_run(run), host_list("run_tags", run_tags), host_list("skip_tags", skip_tags))
+
+
 def _configured(run):
     return fleet_run.gateway_configured(_run(run))
 
@@ -125,6 +129,8 @@ FILTERS = {
     # run | run_routed(hostvars): the gateway's backends from the record
     "run_routed": _routed,
     "run_configured": _configured,
+    # run | run_plan_lines(ansible_run_tags, ansible_skip_tags): the plan the end shows
+    "run_plan_lines": _plan_lines,
     # run | run_report(ansible_play_hosts_all, failed hosts, finish)
     "run_report": _report,
 }

@@ -46,6 +46,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import address
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import report as plan_report
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_table
 
 EMPTY_SLICE = {"instances": [], "node_addresses": {}, "drain_servers": [], "recorded": [], "files": {}}
 NO_SUMMARY = {"replanned": [], "kept": [], "not_planned": [], "dropped": []}
@@ -169,6 +170,26 @@ def routed(run, listen, reach=None):
 def gateway_configured(run):
     """The run once the gateway play configured the gateways."""
     return dict(run, gateway_configured=True)
+
+
+def deploys(run_tags, skip_tags):
+    """Whether the vllm play deploys under these tags (ansible_run_tags,
+    ansible_skip_tags): the role is tagged vllm."""
+    tags, skipped = set(run_tags), set(skip_tags)
+    return bool(tags & {"all", "vllm"}) and not skipped & {"all", "vllm"}
+
+
+def plan_lines(run, run_tags, skip_tags):
+    """The plan the end of a run prints, labelled, with its warnings: the
+    record (what runs now), or, in a run that planned but does not deploy
+    (--tags plan, with or without --check), the proposal: what this run
+    would deploy, never recorded. A run that planned nothing (--tags vllm,
+    gateway, facts) shows the record."""
+    if run["in_run"] is not None and not deploys(run_tags, skip_tags):
+        head, plan = "proposal (not deployed, not recorded: what a run without --tags would deploy):", run["proposal"]
+    else:
+        head, plan = "recorded plan (what runs now):", run["record"]
+    return [head] + plan_table.plan_table(plan) + plan_table.plan_warning_lines(plan)
 
 
 def report(run, play_hosts, failed, finish):

@@ -159,3 +159,21 @@ def test_a_record_without_addresses_is_routed_at_todays_inventory(facts):
     assert sorted(set((b["host"], b["address"]) for b in routed["gateway"]["backends"])) == [
         ("h100", "gpu-a.example"), ("rtx4090", "10.0.0.2")]
 
+
+def test_the_end_shows_the_proposal_of_a_run_that_does_not_deploy(facts):
+    """Issue 35: --tags plan (with or without --check) shows what the run
+    would deploy (tp 2), labelled, never the record's tp-4 table."""
+    run = propose(facts, kept=deployed(facts, tp=4), tp=2)
+    lines = fleet_run.plan_lines(run, ["plan"], [])
+    assert lines[0].startswith("proposal (not deployed, not recorded")
+    assert sum(1 for line in lines if line.startswith("h100 ")) == 4
+    assert not any("tp_size 4" in line for line in lines)
+    for tags, skipped in ((["all"], []), (["plan", "vllm"], []), (["plan"], ["vllm"])):
+        shown = fleet_run.plan_lines(run, tags, skipped)
+        expected = "recorded plan" if fleet_run.deploys(tags, skipped) else "proposal"
+        assert shown[0].startswith(expected), (tags, skipped)
+    assert fleet_run.plan_lines(run, ["all"], [])[0].startswith("recorded plan")
+    assert sum(1 for line in fleet_run.plan_lines(run, ["all"], []) if line.startswith("h100 ")) == 2
+    # a run that planned nothing (--tags vllm, gateway) shows the record
+    loaded = fleet_run.loaded(run["record"], run["record"], FLEET, [], {})
+    assert fleet_run.plan_lines(loaded, ["gateway"], [])[0].startswith("recorded plan")
