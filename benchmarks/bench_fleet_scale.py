@@ -17,8 +17,9 @@ under a temporary staging tree) and runs, each in a fresh ansible-playbook:
 - the floor: one `stat` task on the same GPU hosts (what any play costs).
 
 The CPU of a run is the user+system time of the ansible-playbook process
-and everything it waited for (its forks and their modules: os.wait4 on
-it, i.e. its RUSAGE_CHILDREN), divided by N. Prints for each N that CPU
+and everything it waited for (its forks and their modules), and of the
+processes it left behind (this script is their subreaper and reaps them):
+the growth of this process's RUSAGE_CHILDREN over the run, divided by N. Prints for each N that CPU
 per GPU host, the ratio to the floor, the task results per GPU host (the
 recap's ok + skipped + failed + unreachable + rescued, the most over the
 GPU hosts; ok includes changed), and over the N: the marginal CPU per
@@ -31,8 +32,11 @@ against the goals below. Asserts nothing but that the rerun changed nothing.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -50,6 +54,7 @@ GOAL_GROWTH_MS = 1.0          # per-host CPU grows < 1 ms per extra host
 GOAL_RERUN_OVER_FLOOR = 3.0   # a no-change rerun within 3x the floor, in CPU
 GOAL_RESULTS = 10             # task results per GPU host
 EXTRAPOLATE = 1000            # the fleet size the figures are for
+PR_SET_CHILD_SUBREAPER = 36   # prctl(2)
 
 # Counts what each host ran, by role (a loop is one result, an include one),
 # keeps the recap per host and each task's wall time.
@@ -182,6 +187,38 @@ def marginals(points):
     return [(n1, n2, (t2 - t1) / (n2 - n1)) for (n1, t1), (n2, t2) in zip(points, points[1:])]
 
 
+def become_subreaper():
+    """Processes that ansible-playbook's children leave behind (a connection
+    multiplexer) become this process's children, so their CPU is counted."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans(grace=10.0):
+    """Wait for the orphans reparented here (GRACE seconds at most): how many are still running."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            pid, dummy = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return 0
+        if pid == 0:
+            if time.monotonic() > deadline:
+                return sum(1 for entry in os.listdir("/proc") if entry.isdigit() and parent_of(entry) == os.getpid())
+            time.sleep(0.1)
+
+
+def parent_of(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as source:
+            return int(source.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run(work, playbook, args, name):
     """One ansible-playbook: (CPU seconds of it and its children, wall seconds, counts, output)."""
     counts = os.path.join(work, name + ".json")
@@ -196,20 +233,27 @@ def run(work, playbook, args, name):
     if args.serial:
         command += ["-e", "gpufleet_rollout_hosts_at_once=%s" % args.serial]
     log = os.path.join(work, name + ".log")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        # wait4: the CPU of this child and of every process it waited for.
-        dummy, status, usage = os.wait4(proc.pid, 0)
+        # The CPU of this child and of every process it waited for, then of
+        # those it left behind (reparented here: reap_orphans).
+        dummy, status, dummy = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - start
+    left = reap_orphans()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if left:
+        print("note: %s left %d processes running; their CPU is not counted" % (name, left), file=sys.stderr)
     with open(log) as source:
         output = source.read()
     if proc.returncode != 0:
         sys.exit("%s (%s) failed, rc %d:\n%s" % (playbook, name, proc.returncode, output[-6000:]))
     with open(counts) as source:
         data = json.load(source)
-    return usage.ru_utime + usage.ru_stime, wall, data, output
+    return cpu, wall, data, output
 
 
 def measure(count, args):
@@ -322,12 +366,14 @@ def main(argv=None):
     parser.add_argument("--tasks", type=int, default=0, metavar="N",
                         help="also print the N slowest tasks of each rerun (wall time over all hosts)")
     args = parser.parse_args(argv)
+    subreaper = become_subreaper()
     counts = [2, 4] if args.quick else args.hosts
     print("deploy_inference.yml on N recorded GPU hosts + 1 gateway: CPU (user+sys of ansible-playbook and "
           "its children) per GPU host")
-    print("%d forks, strategy %s, serial %s, %s; %d CPUs here" % (
+    print("%d forks, strategy %s, serial %s, %s; %d CPUs here%s" % (
         args.forks, args.strategy or "as played", args.serial or "100%",
-        " ".join("%s=%s" % pair for pair in args.env) or "no extra environment", os.cpu_count()))
+        " ".join("%s=%s" % pair for pair in args.env) or "no extra environment", os.cpu_count(),
+        "" if subreaper else " (not a subreaper: the CPU of processes a run leaves behind is not counted)"))
     print("%5s  %-32s  %-32s  %7s  %-19s" % ("", "first deploy", "no-change rerun", "floor", "wall s"))
     print("%5s  %7s %6s %9s %4s  %7s %6s %9s %4s  %7s  %6s %6s %5s" % (
         "N", "cpu s/h", "xfloor", "results/h", "vllm", "cpu s/h", "xfloor", "results/h", "vllm", "cpu s/h",
