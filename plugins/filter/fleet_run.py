@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Filters that make and advance a deploy run (docs/deploy.md, "One run"):
 run_proposed, run_loaded, run_refused, run_converged, run_removed,
-run_routed, run_configured and run_report. Each reads what Ansible holds
+run_routed, run_configured, run_plan_lines and run_report. Each reads what Ansible holds
 (hostvars, the play's hosts) into plain values and makes one call into
 module_utils/fleet/ (plan.py, run.py).
 """
@@ -16,6 +16,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import plan as
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as fleet_run
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import listen_and_reach
 
 
 def _hostvars(name, value):
@@ -90,8 +91,11 @@ def _report(run, play_hosts, failed, finish):
 
 def _converged(run, hostvars, batch):
     """The batch's hosts where role vllm ran to its end (they set vllm_deployed)."""
-    runs = _role_output(_hostvars("hostvars", hostvars), batch, "vllm_deployed")
-    return fleet_run.converged(_run(run), [h for h in host_list("the batch", batch) if h in runs], runs)
+    hostvars = _hostvars("hostvars", hostvars)
+    runs = _role_output(hostvars, batch, "vllm_deployed")
+    hosts = [h for h in host_list("the batch", batch) if h in runs]
+    # Where each converged host's units now listen: kept in its record entry.
+    return fleet_run.converged(_run(run), hosts, runs, *listen_and_reach(hostvars, hosts))
 
 
 def _removed(run, hostvars, batch):
@@ -101,7 +105,11 @@ def _removed(run, hostvars, batch):
 
 def _routed(run, hostvars):
     run = _run(run)
-    return fleet_run.routed(run, fleet_plan.listen_addresses(_hostvars("hostvars", hostvars), run["fleet"])[0])
+    return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), run["fleet"]))
+
+
+def _plan_lines(run, run_tags, skip_tags):
+    return fleet_run.plan_lines(_run(run), host_list("run_tags", run_tags), host_list("skip_tags", skip_tags))
 
 
 def _configured(run):
@@ -121,6 +129,8 @@ FILTERS = {
     # run | run_routed(hostvars): the gateway's backends from the record
     "run_routed": _routed,
     "run_configured": _configured,
+    # run | run_plan_lines(ansible_run_tags, ansible_skip_tags): the plan the end shows
+    "run_plan_lines": _plan_lines,
     # run | run_report(ansible_play_hosts_all, failed hosts, finish)
     "run_report": _report,
 }

@@ -13,7 +13,8 @@ import json
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import files, prometheus, targets, textfile
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import addresses as fleet_addresses
+from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import files, prometheus, textfile
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
@@ -33,17 +34,15 @@ def _reach(hostvars, host):
 
 def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_port, down_for):
     """file name -> text of every file of gpufleet_metrics_dir. Each GPU
-    server's instances are scraped where they listen (its vllm_listen_host
-    over the vllm role's defaults; its own address when that is a wildcard),
-    each gateway's exporter from its gateway_metrics_* over the gateway
-    role's defaults; nodes are the hosts whose node exporter is scraped."""
+    server's instances are scraped where the gateway reaches them
+    (fleet/addresses.deployed: the address the record keeps for the host,
+    else its vllm_listen_host over the vllm role's defaults, its own
+    address when that is a wildcard), each gateway's exporter from its
+    gateway_metrics_* over the gateway role's defaults; nodes are the hosts
+    whose node exporter is scraped."""
     if not hasattr(hostvars, "keys"):
         raise AnsibleFilterError("gpufleet.numa.metrics_files expects hostvars as its first argument")
     errors = []
-    addresses = {}
-    for host in gpu_servers or []:
-        listen = plain(role_files.host_role_variables(hostvars, host, "vllm", errors)["vllm_listen_host"])
-        addresses[str(host)] = targets.scrape_address("host %s" % host, "vllm_listen_host", listen, _reach(hostvars, host))
     exporters = {}
     for host in gateways or []:
         merged = role_files.host_role_variables(hostvars, host, "gateway", errors)
@@ -51,11 +50,13 @@ def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_
                                 "port": plain(merged["gateway_metrics_port"]), "reach": _reach(hostvars, host)}
     if errors:
         raise AnsibleFilterError("; ".join(errors))
-    options = {"addresses": addresses, "gateways": exporters,
-               "nodes": dict((str(h), _reach(hostvars, h)) for h in nodes or []),
-               "node_exporter_port": plain(node_exporter_port), "down_for": plain(down_for)}
+    record = plain(record)
     try:
-        return dict((name, _text(name, content)) for name, content in files.metrics_files(plain(record), options).items())
+        listen, reach = role_files.listen_and_reach(hostvars, gpu_servers or [])
+        options = {"addresses": fleet_addresses.deployed(record, listen, reach), "gateways": exporters,
+                   "nodes": dict((str(h), _reach(hostvars, h)) for h in nodes or []),
+                   "node_exporter_port": plain(node_exporter_port), "down_for": plain(down_for)}
+        return dict((name, _text(name, content)) for name, content in files.metrics_files(record, options).items())
     except ValueError as exc:
         raise AnsibleFilterError(str(exc))
 

@@ -67,3 +67,22 @@ def host_role_variables(hostvars, host, role, errors, from_playbook=None):
     (templated ones derived), the host's own over them, the playbook's last
     (plan/variable_check.role_variables); evaluation errors go to ERRORS."""
     return variable_check.role_variables(defaults(role), inventory_variables(hostvars, host, errors), from_playbook or {})
+
+
+def listen_and_reach(hostvars, hosts):
+    """(listen, reach) of HOSTS: host -> its vllm_listen_host as role vllm
+    takes it (over the role's defaults), and host -> its ansible_host, else
+    its name: what fleet/addresses.py decides where a host's instances are
+    reached from. Hosts hostvars lacks are left out; a variable that cannot
+    be evaluated is a ValueError naming the host."""
+    errors = []
+    listen, reach = {}, {}
+    for host in hosts:
+        if host not in hostvars:
+            continue
+        listen[str(host)] = plain(host_role_variables(hostvars, host, "vllm", errors)["vllm_listen_host"])
+        value = hostvars[host].get("ansible_host") if hasattr(hostvars[host], "get") else None
+        reach[str(host)] = str(value) if value else str(host)
+    if errors:
+        raise ValueError("; ".join(errors))
+    return listen, reach

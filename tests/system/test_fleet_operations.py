@@ -116,10 +116,18 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     assert backends(fleet) == after
 
     # Every tag runs on its own.
-    for tag in ("facts", "plan", "vllm", "gateway"):
+    for tag in ("facts", "vllm", "gateway"):
         deploy(fleet, "--tags", tag)
-    # --tags plan proposes (the h100 at tp 4 again) but deploys and records nothing
-    assert len(backends(fleet)) == 10
+    # --tags plan proposes (the h100 at tp 4 again) and shows that proposal,
+    # not the record (h100 at tp 2), but deploys and records nothing.
+    recorded = kept_plan(fleet)
+    out = deploy(fleet, "--tags", "plan", "--check")
+    assert "proposal (not deployed, not recorded: what a run without --tags would deploy):" in out
+    assert "recorded plan" not in out
+    assert re.search(r"demo-h100-nvswitch vllm-0 llama-3\.1-70b 0,1,2,3 0 \S+ \S+ \S+ 4x1 8000", out), out[-3000:]
+    assert re.search(r"demo-h100-nvswitch vllm-1 llama-3\.1-70b 4,5,6,7 1 \S+ \S+ \S+ 4x1 8001", out), out[-3000:]
+    assert not re.search(r"demo-h100-nvswitch vllm-[23] llama", out) and "2x1" in out  # the a6000's tp 2
+    assert kept_plan(fleet) == recorded and len(backends(fleet)) == 10
 
     # An unreachable server: the others deploy, it is listed at the end, and
     # the gateway keeps every reachable server's instances.

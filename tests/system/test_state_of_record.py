@@ -50,12 +50,27 @@ def expected_routes(fleet):
                   if i["host"] in fleet["hosts"]["all"]["children"]["gpu_servers"]["hosts"])
 
 
+def addresses(fleet):
+    """host -> the addresses HAProxy and Prometheus's vllm targets reach its instances at (each must agree)."""
+    config = (fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg").read_text()
+    haproxy, prometheus = {}, {}
+    for server, address in re.findall(r"^\s*server (\S+) (\S+):\d+", config, re.M):
+        host = server.rsplit("-vllm-", 1)[0]
+        haproxy.setdefault(host, set()).add(address)
+    for group in json.loads((fleet["staging"] / "prometheus" / "vllm.json").read_text()):
+        prometheus.setdefault(group["labels"]["host"], set()).update(t.rsplit(":", 1)[0] for t in group["targets"])
+    assert haproxy == prometheus
+    return dict((host, sorted(found)) for host, found in haproxy.items())
+
+
 def test_the_record_is_what_runs(fleet):
     base = write_inventory(fleet, "hosts.yml")
     run(fleet, "deploy_inference.yml", base)
     first = dict((h, recorded(fleet, h)) for h in (H100, RTX, A6000))
     assert all(len(first[h]) == 2 for h in first)
     assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 6
+    # Where each host's units listen, as deployed (docs/plan.md, hosts.HOST.address).
+    assert [record(fleet)["hosts"][h]["address"] for h in (H100, RTX, A6000)] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 
     # A host that fails in the vllm play (a missing vllm_executable, with a
     # tp change) and one that cannot be reached (its capture is replayed, so
@@ -79,12 +94,18 @@ def test_the_record_is_what_runs(fleet):
     assert units(fleet, RTX) == AGENT + ["gpufleet-vllm-1.service"]
     assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 5
     assert units(fleet, A6000) == AGENT + ["gpufleet-vllm-0.service", "gpufleet-vllm-1.service"]
+    # The h100 moved (ansible_host, and so vllm_listen_host) while down: its
+    # units still listen at its recorded address, and HAProxy and Prometheus
+    # stay there.
+    assert addresses(fleet) == {H100: ["127.0.0.2"], RTX: ["127.0.0.3"], A6000: ["127.0.0.4"]}
+    assert [record(fleet)["hosts"][h]["address"] for h in (H100, RTX, A6000)] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 
     # A run limited to one GPU host whose instances change (tp 2 there):
     # deployed and recorded, and the end of the run says the gateways do not
     # route the new instances yet (vllm-1 keeps its name and port), naming
     # them and the command that finishes.
-    out = run(fleet, "deploy_inference.yml", base, "-l", RTX, "-e", "gpufleet_tp_size=2")
+    # It listens at another address now (only the hosts of the run deploy with -e).
+    out = run(fleet, "deploy_inference.yml", base, "-l", RTX, "-e", "gpufleet_tp_size=2", "-e", "vllm_listen_host=127.0.0.5")
     assert [len(g) for _n, g, _p, _c in recorded(fleet, RTX)] == [2, 2, 2, 2]
     assert re.search(r"partial run: the gateways \(demo-gateway\) were not in this run, so HAProxy does not route "
                      r"%s-vllm-0, %s-vllm-2, %s-vllm-3 yet: finish with ansible-playbook "
@@ -92,6 +113,11 @@ def test_the_record_is_what_runs(fleet):
     assert len(routed(fleet)) == 5  # the gateway was not touched
     run(fleet, "deploy_inference.yml", base, "-l", "gateways")
     assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 8
+    # The rtx4090 converged at its new address: the record keeps it, and the
+    # gateway routes it there although today's inventory says 127.0.0.3; the
+    # hosts not in that run keep theirs.
+    assert record(fleet)["hosts"][RTX]["address"] == "127.0.0.5"
+    assert addresses(fleet) == {H100: ["127.0.0.2"], RTX: ["127.0.0.5"], A6000: ["127.0.0.4"]}
 
     # The a6000 leaves gpu_servers (it stays in the inventory, in another
     # group) and the h100 leaves the inventory: the a6000 is drained,

@@ -42,9 +42,11 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import backends as gateway_view
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import addresses as fleet_addresses
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import report as plan_report
+from ansible_collections.gpufleet.numa.plugins.module_utils.plan import table as plan_table
 
 EMPTY_SLICE = {"instances": [], "node_addresses": {}, "drain_servers": [], "recorded": [], "files": {}}
 NO_SUMMARY = {"replanned": [], "kept": [], "not_planned": [], "dropped": []}
@@ -127,15 +129,18 @@ def refused(run, refusals):
     return dict(run, unplannable=dict(run["unplannable"], **refusals))
 
 
-def converged(run, hosts, runs):
+def converged(run, hosts, runs, listen=None, reach=None):
     """The run once HOSTS of a batch converged (RUNS: host -> what role vllm
     says it runs, vllm_deployed): their proposed entries replace their
-    recorded ones. A host of the batch that failed is not among HOSTS and
-    keeps its entry as it was."""
+    recorded ones, each host's with the address its units listen at now
+    (LISTEN: host -> its vllm_listen_host, REACH: host -> its ansible_host;
+    fleet/addresses.current). A host of the batch that failed is not among
+    HOSTS and keeps its entry, and its address, as it was."""
     hosts = [h for h in hosts if h not in run["converged"]]
     if not hosts:
         return run
-    record = plan_record.record_hosts(run["record"], run["proposal"], hosts, runs)
+    addresses = fleet_addresses.current_of([h for h in hosts if h in (listen or {})], listen or {}, reach or {})
+    record = plan_record.record_hosts(run["record"], run["proposal"], hosts, runs, addresses)
     return dict(run, record=record, converged=run["converged"] + hosts)
 
 
@@ -147,21 +152,44 @@ def removed(run, hosts):
     return dict(run, record=plan_record.forget_hosts(run["record"], hosts), removed=run["removed"] + hosts)
 
 
-def routed(run, addresses):
+def routed(run, listen, reach=None):
     """The run with the gateway's backends, from the record (what runs, never
     what was only proposed): one server per recorded instance of a host in
-    gpu_servers, at its vllm_listen_host (ADDRESSES). Nothing to route:
-    gateway None. (The keys the gateway sends stay out of the run: it is a
-    fact, printed by -v.)"""
+    gpu_servers, at the address its entry keeps, the one its units listen
+    at (fleet/addresses.deployed; an entry of a record that kept none: its
+    vllm_listen_host now, LISTEN, or REACH where that is a wildcard).
+    Nothing to route: gateway None. (The keys the gateway sends stay out of
+    the run: it is a fact, printed by -v.)"""
     routed_plan = plan_record.routed(run["record"], run["fleet"])
     if not routed_plan["instances"]:
         return dict(run, gateway=None)
+    addresses = fleet_addresses.deployed(routed_plan, listen, reach or {})
     return dict(run, gateway={"backends": gateway_view.gateway_backends(routed_plan, addresses)})
 
 
 def gateway_configured(run):
     """The run once the gateway play configured the gateways."""
     return dict(run, gateway_configured=True)
+
+
+def deploys(run_tags, skip_tags):
+    """Whether the vllm play deploys under these tags (ansible_run_tags,
+    ansible_skip_tags): the role is tagged vllm."""
+    tags, skipped = set(run_tags), set(skip_tags)
+    return bool(tags & {"all", "vllm"}) and not skipped & {"all", "vllm"}
+
+
+def plan_lines(run, run_tags, skip_tags):
+    """The plan the end of a run prints, labelled, with its warnings: the
+    record (what runs now), or, in a run that planned but does not deploy
+    (--tags plan, with or without --check), the proposal: what this run
+    would deploy, never recorded. A run that planned nothing (--tags vllm,
+    gateway, facts) shows the record."""
+    if run["in_run"] is not None and not deploys(run_tags, skip_tags):
+        head, plan = "proposal (not deployed, not recorded: what a run without --tags would deploy):", run["proposal"]
+    else:
+        head, plan = "recorded plan (what runs now):", run["record"]
+    return [head] + plan_table.plan_table(plan) + plan_table.plan_warning_lines(plan)
 
 
 def report(run, play_hosts, failed, finish):

@@ -111,7 +111,7 @@ def _check_counts(instances, hosts):
 
 
 def _check_host_entry(host, entry):
-    """hosts[HOST]: {gpus, options?, files?, hardware?, bandwidth?}; returns the hardware record or None."""
+    """hosts[HOST]: {gpus, options?, files?, address?, hardware?, bandwidth?}; returns the hardware record or None."""
     where = "hosts.%s" % checks.show(host)
     _host("hosts key", host)
     entry = _mapping(where, entry)
@@ -121,6 +121,10 @@ def _check_host_entry(host, entry):
             host_settings.check_option(option, value, host, "%s.options.%s" % (where, checks.show(option)))
     if "files" in entry:
         run_record.check_files(where + ".files", entry["files"])
+    # Where the host's units listen, as deployed (fleet/addresses.py): the
+    # gateway and Prometheus connect there. Records before it have none.
+    if "address" in entry:
+        checks.connect_address(where + ".address", entry["address"], "the gateway")
     # Plans written before the record have no "hardware" key; a null one is
     # damage (it would switch the hardware checks off), refused below.
     hardware = None if "hardware" not in entry else _check_hardware(where + ".hardware", entry["hardware"])

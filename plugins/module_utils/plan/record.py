@@ -59,11 +59,13 @@ def _check_run(host, run):
     return run.get("instances", {})
 
 
-def record_hosts(record, proposal, hosts, runs):
+def record_hosts(record, proposal, hosts, runs, addresses=None):
     """The kept plan once `hosts` converged: their entries (instances,
     unused GPUs, warnings, host entry) are the proposal's, each instance
-    with what the host reported it runs (runs: host -> vllm_deployed);
-    every other host's entries stay as recorded.
+    with what the host reported it runs (runs: host -> vllm_deployed),
+    each host entry with the address its units now listen at and are
+    reached at (addresses: host -> it, fleet/addresses.current; a host
+    without one records none); every other host's entries stay as recorded.
 
     A converged host the proposal does not hold (no topology, never
     planned) keeps its entries too."""
@@ -78,7 +80,9 @@ def record_hosts(record, proposal, hosts, runs):
         instances.append(inst)
     hosts_out = dict((h, e) for h, e in record["hosts"].items() if h not in converged)
     for host in converged:
-        entry = dict(proposal["hosts"][host])
+        entry = dict((k, v) for k, v in proposal["hosts"][host].items() if k != "address")
+        if (addresses or {}).get(host):
+            entry["address"] = addresses[host]
         files = runs.get(host, {}).get("files")
         if isinstance(files, dict):
             entry["files"] = files

@@ -53,6 +53,19 @@ def test_instances_are_scraped_where_they_listen():
     assert written["rules.yml"].startswith("groups:\n- name: gpufleet\n")
 
 
+def test_a_host_is_scraped_at_the_address_its_record_keeps():
+    """Issue 35: a's units listen at the address the record keeps (it moved
+    while down: its inventory says 10.9.9.1 now); b's record keeps none (a
+    record written before the field): its address now."""
+    plan = record(["a", "b"])
+    plan["hosts"] = {"a": {"gpus": 16, "address": "10.0.0.1"}, "b": {"gpus": 16}}
+    hostvars = {"a": {"vllm_listen_host": "10.9.9.1"}, "b": {"vllm_listen_host": "10.9.9.2"}}
+    written = metrics.metrics_files(plan, hostvars, ["a", "b"], [], [], 9100, "1m")
+    targets = dict((g["labels"]["instance"], g["targets"]) for g in json.loads(written["vllm.json"]))
+    assert targets == {"a/vllm-0": ["10.0.0.1:8000"], "a/vllm-1": ["10.0.0.1:8001"],
+                       "b/vllm-0": ["10.9.9.2:8000"], "b/vllm-1": ["10.9.9.2:8001"]}
+
+
 def test_the_gateway_defaults_put_its_exporter_on_loopback():
     written = files({"a": {}, "lb": {"ansible_host": "10.0.0.9"}}, ["a"], ["lb"])
     assert json.loads(written["gateway.json"]) == [

@@ -28,3 +28,9 @@ def test_defaults_are_the_files_as_written():
 
 def test_extra_var_names_without_a_command_line_are_none():
     assert role_files.extra_var_names() == set()
+
+
+def test_listen_and_reach_take_the_roles_default_and_the_hosts_own_address():
+    hostvars = {"a": {"ansible_host": "10.0.0.1"}, "b": {"vllm_listen_host": "0.0.0.0"}}
+    assert role_files.listen_and_reach(hostvars, ["a", "b", "gone"]) == (
+        {"a": "127.0.0.1", "b": "0.0.0.0"}, {"a": "10.0.0.1", "b": "b"})

@@ -129,3 +129,51 @@ def test_the_events_never_change_the_run_they_are_given(facts):
     fleet_run.routed(run, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})
     fleet_run.gateway_configured(run)
     assert run == frozen
+
+
+def test_a_host_that_did_not_converge_is_routed_at_its_recorded_address(facts):
+    """Issue 35: h100's address changes while it is down. The record keeps
+    where its units listen (hosts.h100.address), and the gateway routes it
+    there; rtx4090 converges at its new address, which the record takes."""
+    run = propose(facts)
+    run = fleet_run.converged(run, FLEET, runs(run, FLEET), {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})
+    assert [run["record"]["hosts"][h]["address"] for h in FLEET] == ["10.0.0.1", "10.0.0.2"]
+    kept = artifact.dump_artifact(run["record"])
+    assert artifact.load_artifact(kept, name="/k/plan.json")["hosts"]["h100"]["address"] == "10.0.0.1"
+    moved = {"h100": "10.9.9.1", "rtx4090": "10.9.9.2"}
+    run = propose(facts, kept=kept)
+    run = fleet_run.converged(run, ["rtx4090"], runs(run, ["rtx4090"]), moved)  # h100 unreachable
+    assert run["record"]["hosts"]["h100"]["address"] == "10.0.0.1"
+    assert run["record"]["hosts"]["rtx4090"]["address"] == "10.9.9.2"
+    backends = fleet_run.routed(run, moved)["gateway"]["backends"]
+    assert sorted(set((b["host"], b["address"]) for b in backends)) == [("h100", "10.0.0.1"), ("rtx4090", "10.9.9.2")]
+
+
+def test_a_record_without_addresses_is_routed_at_todays_inventory(facts):
+    """A record written before hosts.HOST.address: its hosts are routed at
+    their vllm_listen_host now (a wildcard: their ansible_host), until they
+    converge and record one."""
+    run = propose(facts, kept=deployed(facts))
+    assert all("address" not in entry for entry in run["record"]["hosts"].values())
+    routed = fleet_run.routed(run, {"h100": "0.0.0.0", "rtx4090": "10.0.0.2"}, {"h100": "gpu-a.example"})
+    assert sorted(set((b["host"], b["address"]) for b in routed["gateway"]["backends"])) == [
+        ("h100", "gpu-a.example"), ("rtx4090", "10.0.0.2")]
+
+
+def test_the_end_shows_the_proposal_of_a_run_that_does_not_deploy(facts):
+    """Issue 35: --tags plan (with or without --check) shows what the run
+    would deploy (tp 2), labelled, never the record's tp-4 table."""
+    run = propose(facts, kept=deployed(facts, tp=4), tp=2)
+    lines = fleet_run.plan_lines(run, ["plan"], [])
+    assert lines[0].startswith("proposal (not deployed, not recorded")
+    assert sum(1 for line in lines if line.startswith("h100 ")) == 4
+    assert not any("tp_size 4" in line for line in lines)
+    for tags, skipped in ((["all"], []), (["plan", "vllm"], []), (["plan"], ["vllm"])):
+        shown = fleet_run.plan_lines(run, tags, skipped)
+        expected = "recorded plan" if fleet_run.deploys(tags, skipped) else "proposal"
+        assert shown[0].startswith(expected), (tags, skipped)
+    assert fleet_run.plan_lines(run, ["all"], [])[0].startswith("recorded plan")
+    assert sum(1 for line in fleet_run.plan_lines(run, ["all"], []) if line.startswith("h100 ")) == 2
+    # a run that planned nothing (--tags vllm, gateway) shows the record
+    loaded = fleet_run.loaded(run["record"], run["record"], FLEET, [], {})
+    assert fleet_run.plan_lines(loaded, ["gateway"], [])[0].startswith("recorded plan")

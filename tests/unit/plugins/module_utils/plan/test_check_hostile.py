@@ -225,6 +225,12 @@ TAMPERED = [
     ("record_not_mapping", _host_entry("gpu-a", "hardware", "8 GPUs"), r"hosts\.'gpu-a'\.hardware: must be a mapping"),
     # Found by the property test: a null record switched the hardware checks off.
     ("record_null", _host_entry("gpu-a", "hardware", None), r"hosts\.'gpu-a'\.hardware: must be a mapping"),
+    # Issue 35: where the host's units listen, as deployed (the gateway connects there).
+    ("address_wildcard", _host_entry("gpu-a", "address", "0.0.0.0"),
+     r"hosts\.'gpu-a'\.address: must be an address the gateway can connect to, not the wildcard"),
+    ("address_not_text", _host_entry("gpu-a", "address", 10), r"hosts\.'gpu-a'\.address: must be a string"),
+    ("address_injected", _host_entry("gpu-a", "address", "10.0.0.1\n    server x 1.2.3.4:80"),
+     r"hosts\.'gpu-a'\.address: "),
     ("unused_host_unknown", lambda p: p["unused"].append({"host": "gpu-z", "id": "x", "index": 0}),
      r"unused\[\d+\]\.host: must be a host of the plan's hosts"),
     ("unused_gpu_not_on_host", lambda p: p["unused"].append({"host": "gpu-a", "id": "0000:ff:00.0", "index": 9}),
@@ -275,6 +281,14 @@ def test_a_tampered_kept_plan_is_one_clear_error(kept, change, message):
     with pytest.raises(AnsibleFilterError, match=message):
         merge_plan({"instances": [], "unused": [], "warnings": []}, previous=text, previous_name=NAME,
                    replanned=[], fleet_hosts=FLEET)
+
+
+def test_a_host_entry_keeps_its_address_and_loads_without_one(kept):
+    """hosts.HOST.address (issue 35) loads; a plan written before it has none and loads too."""
+    plan = copy.deepcopy(kept)
+    plan["hosts"]["gpu-a"]["address"] = "gpu-a.example.net"
+    assert plan_artifact.load_artifact(json.dumps(plan), NAME)["hosts"]["gpu-a"]["address"] == "gpu-a.example.net"
+    assert "address" not in plan_artifact.load_artifact(json.dumps(kept), NAME)["hosts"]["gpu-a"]
 
 
 def test_nesting_beyond_the_parser_is_a_clear_error():
