@@ -551,12 +551,12 @@ def test_vllm_second_run_changes_nothing_in_few_tasks(rendered):
         assert counters["failed"] == 0, (host, counters)
         assert sum(counters.values()) <= RERUN_TASK_LIMIT, (host, counters)
     # Directories and files that match are skipped without a module call:
-    # no item of the write loop ran (the look's stat loop reads, as it must).
+    # the write task skips on every host (the action sends the host nothing).
     writes = re.findall(r"^TASK \[gpufleet\.numa\.vllm : Create the directories.*?(?=^TASK \[|^PLAY RECAP)",
                         rendered["rerun_output"], re.M | re.S)
     assert writes, rendered["rerun_output"][-3000:]
-    ran = [line for text in writes for line in re.findall(r"^(?:ok|changed): \[\S+\] => \(item=.*$", text, re.M)]
-    assert not ran, ran[:5]
+    results = [line for text in writes for line in re.findall(r"^\w+: \[\S+\].*$", text, re.M)]
+    assert sorted(results) == sorted("skipping: [%s]" % host for host in rendered["rerun"]), results
 
 
 def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
@@ -575,12 +575,13 @@ def test_vllm_check_mode_shows_each_unit_and_writes_nothing(tmp_path):
     assert recap["fresh"]["changed"] > 0 and recap["used"]["changed"] > 0, output
     assert not (fresh / "staging").exists()
     assert rendered_files(used) == before
-    # --diff shows every unit: its item, and its diff (a new file here, so
-    # every line added). Two hosts run at once, so their lines may interleave:
-    # each is looked for on its own, not next to the other.
+    # --diff shows every unit: its diff, headed with the unit's path on the
+    # host (a new file here, so every line added). Two hosts run at once, so
+    # their lines may interleave: each is looked for on its own, not next to
+    # the other.
     for instance in instances:
-        assert re.search(r"^changed: \[fresh\] => \(item=gpufleet-%s\.service\)$"
-                         % re.escape(instance["name"]), output, re.M), output
+        assert re.search(r"^\+\+\+ after: %s/staging/etc/systemd/system/gpufleet-%s\.service$"
+                         % (re.escape(str(fresh)), re.escape(instance["name"])), output, re.M), output
         assert re.search(r"^\+# Managed by gpufleet\.numa \(role vllm\); instance %s:"
                          % re.escape(instance["name"]), output, re.M), output
     # The changed model shows in the used host's diff; the secret does not.
@@ -679,6 +680,8 @@ REPORT_PLAYBOOK = """\
       ansible.builtin.copy:
         content: >-
           {{ {'deployed': vllm_deployed,
+              'written': __vllm_written.results | selectattr('changed') | map(attribute='__vllm_file.path')
+                         | map('basename') | list,
               'restart': (hostvars | gpufleet.numa.vllm_rollout(ansible_play_batch, inventory_hostname)).steps
                          | select | selectattr('restart') | map(attribute='name') | list} | to_json }}
         dest: "{{ report_out }}"
@@ -695,9 +698,10 @@ def test_vllm_version_bump_rewrites_every_unit_and_restarts_every_instance(tmp_p
                          report_out=str(tmp_path / "report.json"))
         rc, output, dummy = run_hosts(tmp_path, {"host": variables}, playbook=REPORT_PLAYBOOK)
         assert rc == 0, output
+        report = json.loads((tmp_path / "report.json").read_text())
         # the instances' units (the agent's do not carry the engine)
-        rewritten = re.findall(r"^changed: \[host\] => \(item=(gpufleet-(?!agent@)\S+\.service)\)$", output, re.M)
-        return sorted(rewritten), json.loads((tmp_path / "report.json").read_text())
+        rewritten = [name for name in report["written"] if re.fullmatch(r"gpufleet-(?!agent@)\S+\.service", name)]
+        return sorted(rewritten), report
 
     names = ["gpufleet-%s.service" % i["name"] for i in instances]
     rewritten, first = run("0.32.0")
@@ -725,7 +729,7 @@ def test_vllm_version_bump_rewrites_every_unit_and_restarts_every_instance(tmp_p
     staged = staging_vars(tmp_path)
     assert empty == {"deployed": {"engine": "vllm==0.33.0", "instances": {}, "files": {
         "unit_dir": staged["vllm_unit_dir"], "config_dir": staged["vllm_config_dir"], "unit_prefix": "gpufleet-"}},
-        "restart": []}
+        "restart": [], "written": []}
 
 
 def test_vllm_shrinking_plan_removes_only_stale_managed_files(tmp_path):

@@ -172,7 +172,7 @@ def host_units(instances, variables):
         "checker": dict((key, helpers[0][key]) for key in ("path", "as_planned", "checksum")),
         "helpers": helpers,
         # A directory that is as planned has nothing to compare: left out,
-        # it costs the loop no item.
+        # it costs the write task nothing.
         "writes": [d for d in directories if not d["as_planned"]] + helpers + files,
         "stale_candidates": stale_candidates(existing, files, (v["vllm_unit_dir"], v["vllm_config_dir"]),
                                              v["vllm_unit_prefix"]),

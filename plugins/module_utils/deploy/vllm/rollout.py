@@ -4,14 +4,14 @@
 """What a run of role vllm changes on a host, decided over plain dicts:
 which files it wrote before and no longer plans (stale_candidates,
 stale_files), which directories and files it writes (write_needed, called
-by the vllm_file action with the content's sha1), whether it gathers the
+by the vllm_files action with the content's sha1), whether it gathers the
 service manager first (wants_service_manager), which instances restart
 because their files changed or the engine was installed anew
 (restarting_instances), what each host rolls in which ordinal
 (host_rollout) and what the host runs once the role succeeded
 (deployed_record). The role's tasks call these through the vllm_units,
 vllm_stale, vllm_rollout, vllm_deployed and vllm_wants_service_mgr filters
-and the vllm_file action. Pure functions, standard library only.
+and the vllm_files action. Pure functions, standard library only.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def restarting_instances(units, written, install_changed=False):
     changed (all units read secrets.env) or the install task changed the
     engine in their virtualenv (install_changed: a new venv, a reinstall;
     the units run the old code until they restart), else those whose unit
-    or option file changed (written: the template task's loop results, each
+    or option file changed (written: the vllm_files task's results, each
     with its __vllm_file item)."""
     changed = [result["__vllm_file"] for result in written if result.get("changed")]
     if install_changed or any(entry.get("secret") for entry in changed):
@@ -81,7 +81,7 @@ def wants_service_manager(manage_service, service_mgr):
 def host_rollout(host, states, batch, check_mode=False):
     """What service.yml rolls on HOST: {ordinals, steps}.
 
-    states: host -> {units (vllm_units' units), written (the write loop's
+    states: host -> {units (vllm_units' units), written (the write task's
     results), install_changed (the install task changed the venv; optional)}
     for the hosts that ran the role; batch: the play batch, whose
     hosts roll at once. ordinals is the most units any host of the batch has
@@ -110,10 +110,10 @@ def deployed_record(units, written, engine, variables=None):
     files (with variables, the role's checked variables): where the units
     and option files are, so the host can be taken down from the record.
 
-    units: vllm_units' units; written: the write loop's results, whose unit
+    units: vllm_units' units; written: the write task's results, whose unit
     items carry content_sha1 (the sha1 of the unit file's content as the
-    vllm_file action wrote it or found it already there); engine: vllm_units'
-    engine. A unit the loop did not report is an error, never a guess."""
+    vllm_files action wrote it or found it already there); engine: vllm_units'
+    engine. A unit the write task did not report is an error, never a guess."""
     sha1_by_path = {}
     for result in written:
         entry = result.get("__vllm_file") or {}

@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet.numa contributors
+# Apache License 2.0 (see LICENSE)
+"""Action for gpufleet.numa.vllm_files: role vllm's writes, only what differs, in one module call.
+
+On the controller: renders each entry's template (the role's templates, as
+the template lookup renders them, with the task's variables and the entry
+as __vllm_file) or reads its helper program (the role's files), and asks
+module_utils/deploy/vllm/rollout.py write_needed whether the host's copy
+(stat_paths's mode, owner and sha1, carried in the entry) differs. What
+does not differ is skipped without a word to the host; what does is sent
+to the module in one call, which writes it on the host (secrets apart,
+in secret_contents, never logged or diffed). The result is registered as
+a loop over the entries would be (results, each with __vllm_file, changed
+or skipped, content_sha1: the role's rollout and vllm_deployed read it);
+a secret's has no content_sha1 (a hash of a short key is a way to guess
+it). Before this, one loop item per entry called ansible.builtin.template,
+copy or file: three to five processes on the host per file written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.plugins.action import ActionBase
+from ansible.release import __version__ as ANSIBLE_CORE_VERSION
+
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import rollout
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
+
+# The template lookup's convert_data: needed before ansible-core 2.19 (text
+# that looks like YAML would come back as data), deprecated from 2.19 on
+# (it always returns the text).
+_TEMPLATE_OPTIONS = {} if tuple(int(p) for p in ANSIBLE_CORE_VERSION.split(".")[:2]) >= (2, 19) else {"convert_data": False}
+
+KINDS = ("directory", "copy", "template")
+SOURCE = {"copy": "src", "template": "template"}
+
+
+def _checked_entries(entries):
+    """The entries as vllm_units made them: mappings with a known kind, a path and their source."""
+    if not isinstance(entries, list):
+        raise AnsibleActionFail("gpufleet.numa.vllm_files: entries must be vllm_units' writes (a list)")
+    for entry in entries:
+        if not isinstance(entry, dict) or entry.get("kind") not in KINDS or not isinstance(entry.get("path"), str):
+            raise AnsibleActionFail("gpufleet.numa.vllm_files: each entry must be one of vllm_units' writes "
+                                    "({kind: directory|copy|template, path, ...})")
+        key = SOURCE.get(entry["kind"])
+        if key and not isinstance(entry.get(key), str):
+            raise AnsibleActionFail("gpufleet.numa.vllm_files: entry %s: %s must be a file name of the role"
+                                    % (entry["path"], key))
+    return entries
+
+
+def _host_write(entry, content):
+    """What the module writes on the host for ENTRY (content apart for a secret)."""
+    write = {"path": entry["path"], "kind": "directory" if entry["kind"] == "directory" else "file"}
+    for key in ("mode", "owner", "group", "validate"):
+        if entry.get(key) is not None:
+            write[key] = entry[key]
+    if content is not None and not entry.get("secret"):
+        write["content"] = content
+    return write
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("entries",))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        entries = _checked_entries(plain(self._task.args.get("entries")))
+        results, writes, secrets, sent = [], [], {}, []
+        for entry in entries:
+            content = self._content(entry, task_vars)
+            content_sha1 = None if content is None else hashlib.sha1(to_bytes(content, errors="surrogate_or_strict")).hexdigest()
+            item = {"__vllm_file": entry}
+            if content_sha1 is not None and not entry.get("secret"):
+                item["content_sha1"] = content_sha1
+            if not rollout.write_needed(entry, content_sha1):
+                item.update(skipped=True, changed=False, skip_reason="%s is as planned" % entry["label"])
+            else:
+                writes.append(_host_write(entry, content))
+                if entry.get("secret"):
+                    secrets[entry["path"]] = content
+                sent.append(len(results))
+            results.append(item)
+        if writes:
+            done = self._execute_module(module_name="gpufleet.numa.vllm_files",
+                                        module_args={"writes": writes, "secret_contents": secrets}, task_vars=task_vars)
+            if done.get("failed"):
+                return dict(result, failed=True, msg=done.get("msg", "writing the role's files failed"),
+                            **dict((key, done[key]) for key in ("rc", "stdout", "stderr") if key in done))
+            for index, written in zip(sent, done["results"]):
+                results[index]["changed"] = written["changed"]
+                if written.get("diff"):
+                    results[index]["diff"] = written["diff"]
+        diffs = [item["diff"] for item in results if item.get("diff")]
+        result.update(changed=any(item.get("changed") for item in results), results=results)
+        if diffs:
+            result["diff"] = diffs
+        if not writes:
+            # As a loop whose every item skipped: nothing was sent to the host.
+            result.update(skipped=True, skip_reason="every directory and file is as planned")
+        return result
+
+    def _content(self, entry, task_vars):
+        """What the role writes at the entry's path, worked out here (None for a directory)."""
+        if entry["kind"] == "directory":
+            return None
+        if entry["kind"] == "copy":
+            with open(self._find_needle("files", entry["src"]), "rb") as source:
+                return to_text(source.read(), errors="surrogate_or_strict")
+        lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
+                                                           templar=self._templar)
+        (text,) = lookup.run([entry["template"]], variables=dict(task_vars, __vllm_file=entry), **_TEMPLATE_OPTIONS)
+        return text
