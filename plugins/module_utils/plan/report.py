@@ -130,11 +130,22 @@ def _route_lines(plan, fleet, verb):
     return lines or ["%s no instance" % verb]
 
 
+def _unrouted_lines(before, after, fleet):
+    """A model the gateway routed before this run and no longer routes (its
+    last instance removed, its hosts gone or unplannable): said once, so it
+    does not vanish from the gateway without a word (clients now get 404)."""
+    # Before: every recorded host (one that left gpu_servers in this run was routed until now).
+    had = set(route[0] for route in _routes(plan_record.routed(before, list(before["hosts"]))))
+    now = set(route[0] for route in _routes(plan_record.routed(after, fleet)))
+    return ["%s: no longer routed (no recorded instance serves it; the gateway answers 404 for it)" % model
+            for model in sorted(had - now, key=str)]
+
+
 def _gateway_lines(before, after, context):
     if not context["gateways"]:
         return ["gateway: none in the inventory"]
     if context["gateway_configured"]:
-        return _route_lines(after, context["fleet"], "gateway routes")
+        return _route_lines(after, context["fleet"], "gateway routes") + _unrouted_lines(before, after, context["fleet"])
     # The gateways kept the routes of the record they were last built from.
     lines = _route_lines(before, context["fleet"], "gateway (not in this run) still routes")
     had = _routes(plan_record.routed(before, context["fleet"]))

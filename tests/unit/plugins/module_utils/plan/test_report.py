@@ -104,6 +104,18 @@ def test_only_gone_routes():
                          "a-vllm-1: finish with FINISH")
 
 
+def test_a_model_the_gateway_no_longer_routes_is_said_once():
+    before = plan(instance("a", 0, [0, 1]), instance("b", 0, [0, 1], model="qwen"))
+    after = plan(instance("a", 0, [0, 1]))
+    lines = plan_report.run_report(before, after, context(converged=["a"], removed=["b"], fleet=["a"]))
+    assert lines[-2:] == ["gateway routes llama: a-vllm-0 :8000",
+                          "qwen: no longer routed (no recorded instance serves it; the gateway answers 404 for it)"]
+    # a model still routed somewhere, or one that only moved, says nothing
+    moved = plan(instance("a", 0, [0, 1]), instance("a", 1, [2, 3], model="qwen"))
+    assert not any("no longer routed" in line
+                   for line in plan_report.run_report(before, moved, context(converged=["a", "b"])))
+
+
 def test_no_gateway_and_nothing_routed():
     assert plan_report.run_report(None, None, context(fleet=[], in_run=[], gateways=[])) == [
         "gateway: none in the inventory"]
