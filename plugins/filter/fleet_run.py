@@ -90,12 +90,16 @@ def _report(run, play_hosts, failed, finish):
 
 
 def _converged(run, hostvars, batch):
-    """The batch's hosts where role vllm ran to its end (they set vllm_deployed)."""
+    """The batch's hosts where role vllm ran to its end (they set
+    vllm_deployed), but for those it did not run on (unplannable or
+    refused: a vllm_deployed of theirs is an earlier run's, in the same
+    ansible-playbook)."""
     hostvars = _hostvars("hostvars", hostvars)
+    run = _run(run)
     runs = _role_output(hostvars, batch, "vllm_deployed")
-    hosts = [h for h in host_list("the batch", batch) if h in runs]
+    hosts = [h for h in host_list("the batch", batch) if h in runs and h not in run["unplannable"]]
     # Where each converged host's units now listen: kept in its record entry.
-    return fleet_run.converged(_run(run), hosts, runs, *listen_and_reach(hostvars, hosts))
+    return fleet_run.converged(run, hosts, runs, *listen_and_reach(hostvars, hosts))
 
 
 def _removed(run, hostvars, batch):

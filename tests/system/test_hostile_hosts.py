@@ -130,5 +130,6 @@ def test_deploy_takes_the_plan_file_from_the_controller_not_a_gpu_host(tmp_path)
     (inventory / "host_vars" / "demo-h100-nvswitch.yml").write_text("gpufleet_plan_file: %s\n" % (private / "plan.json"))
     result = playbook(tmp_path, "deploy_inference.yml", inventory, "--tags", "plan")
     assert result.returncode != 0
-    assert "gpufleet_plan_file: set it for the controller (group_vars/all, host_vars/localhost or -e)" in result.stdout
+    assert ("demo-h100-nvswitch: gpufleet_plan_file: is read from the controller's variables (group_vars/all, "
+            "host_vars/localhost or -e)") in result.stdout
     assert sorted(os.listdir(str(private))) == [] and stat.S_IMODE(private.stat().st_mode) == 0o700

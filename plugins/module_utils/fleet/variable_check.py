@@ -269,12 +269,18 @@ def store_errors(controller):
     return []
 
 
+# What the run reads from the controller's variables alone (hostvars
+# ['localhost']): the record's store and the plan file's path.
+CONTROLLER_VARIABLES = state_store.VARIABLES + ("gpufleet_plan_file",)
+
+
 def not_the_controllers(variables, controller):
-    """The store's variables a host has with another value than the
-    controller's: the run reads the controller's alone (values never shown)."""
+    """The controller's variables (CONTROLLER_VARIABLES) a host has with
+    another value than the controller's: the run reads the controller's
+    alone (values never shown)."""
     return ["%s: is read from the controller's variables (group_vars/all, host_vars/localhost or -e): this host's "
             "own value differs from the controller's and would be ignored; set it for the controller" % name
-            for name in state_store.VARIABLES if name in variables and variables[name] != controller.get(name)]
+            for name in CONTROLLER_VARIABLES if name in variables and variables[name] != controller.get(name)]
 
 
 def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults, extra_vars=(), model_configs=None,

@@ -185,3 +185,13 @@ def test_the_records_store_is_the_controllers_checked_with_the_fleet():
         "localhost: gpufleet_etcd_prefix: must be a key prefix such as /gpufleet/<fleet>/: '/'-separated names of "
         "[A-Za-z0-9._-], ending in '/' (got 'prod')"]
     assert not [e for e in errors if SECRET in e]
+    # The plan file's path is the controller's too: a GPU host's own is refused, never shown.
+    errors = variable_check.check_fleet(
+        {"gpu-a": good_gpu(gpufleet_plan_file="/srv/private/plan.json")}, {}, role_files.spec_names(),
+        role_files.defaults("vllm"), role_files.defaults("gateway"), controller={"gpufleet_plan_file": "/srv/plan.json"})
+    assert errors == [
+        "gpu-a: gpufleet_plan_file: is read from the controller's variables (group_vars/all, host_vars/localhost "
+        "or -e): this host's own value differs from the controller's and would be ignored; set it for the controller"]
+    assert variable_check.check_fleet(
+        {"gpu-a": good_gpu(gpufleet_plan_file="/srv/plan.json")}, {}, role_files.spec_names(),
+        role_files.defaults("vllm"), role_files.defaults("gateway"), controller={"gpufleet_plan_file": "/srv/plan.json"}) == []
