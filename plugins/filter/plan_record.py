@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Filters for the state of record (docs/plan.md, "Proposal and record"):
 kept_record, record_deployed, record_proposal, forget_hosts, routed_plan, hosts_to_remove,
-decommission_hosts and deploy_report. Thin shells around module_utils/plan/record.py and
+decommission_hosts, decommission_lines and deploy_report. Thin shells around module_utils/plan/record.py and
 report.py.
 """
 
@@ -95,9 +95,18 @@ def deploy_report(after, before, context):
         raise AnsibleFilterError("gpufleet.numa.deploy_report: %s" % exc)
 
 
+def decommission_lines(down, inventory, fleet):
+    try:
+        return plan_report.decommission_lines(host_list("the chosen hosts", _plain(down)),
+                                              host_list("inventory", list(inventory)), host_list("fleet", fleet or []))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.decommission_lines: %s" % exc)
+
+
 class FilterModule(object):
     def filters(self):
         return {"kept_record": kept_record, "record_deployed": record_deployed, "forget_hosts": forget_hosts,
                 "record_proposal": record_proposal,
                 "routed_plan": routed_plan, "hosts_to_remove": hosts_to_remove,
-                "decommission_hosts": decommission_hosts, "deploy_report": deploy_report}
+                "decommission_hosts": decommission_hosts, "deploy_report": deploy_report,
+                "decommission_lines": decommission_lines}

@@ -150,5 +150,7 @@ def test_the_record_is_what_runs(fleet):
     targets = json.loads((fleet["staging"] / "prometheus" / "vllm.json").read_text())
     assert [t["labels"]["host"] for t in targets if t["labels"]["host"] == RTX] == []
     assert "not in the inventory (they stay recorded until they can be reached): %s" % H100 in out
+    # The rtx4090 is still in gpu_servers: the next deploy brings it back, said now.
+    assert "still in gpu_servers: %s: the next deploy_inference run deploys it again as new" % RTX in out
     out = run(fleet, "decommission.yml", smaller, "-e", "gpufleet_decommission=nope", rc=2)
     assert "gpufleet_decommission: nope is not in the kept plan (recorded: %s)" % H100 in out

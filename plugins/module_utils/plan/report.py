@@ -160,3 +160,21 @@ def _gateway_lines(before, after, context):
     if stale:
         text += "%s still sends requests to %s" % (", and it" if missing else ", and HAProxy", ", ".join(stale))
     return lines + ["%s: finish with %s" % (text, context["finish"])]
+
+
+def decommission_lines(down, inventory, fleet):
+    """What decommission.yml says it takes down: DOWN, the chosen hosts,
+    those INVENTORY (every host Ansible knows) can reach, the others staying
+    recorded; and any still in FLEET (gpu_servers), which the next deploy
+    plans again as new hosts (new instance names and ports): said here, where
+    it matters, not found out on the next run."""
+    reached = [h for h in down if h in inventory]
+    lines = ["taking down: %s" % (", ".join(reached) or "none"),
+             "not in the inventory (they stay recorded until they can be reached): %s"
+             % (", ".join(h for h in down if h not in inventory) or "none")]
+    back = [h for h in down if h in fleet]
+    if back:
+        lines.append("still in gpu_servers: %s: the next deploy_inference run deploys %s again as new (new instance "
+                     "names and ports); take %s out of gpu_servers to keep %s down"
+                     % ((", ".join(back),) + ("it" if len(back) == 1 else "them",) * 3))
+    return lines

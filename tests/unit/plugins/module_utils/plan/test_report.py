@@ -127,3 +127,13 @@ def test_a_model_change_is_said():
     after["instances"][2]["served_model_name"] = "qwen"
     assert plan_report.host_changes(BEFORE, after, "b") == ["vllm-0 serves qwen now"]
     assert plan_report.host_changes(plan(), plan(), "b") == ["no instances"]
+
+
+def test_decommission_says_what_it_takes_down_and_what_comes_back():
+    assert plan_report.decommission_lines(["a", "b", "c"], ["a", "b", "gw"], ["b"]) == [
+        "taking down: a, b",
+        "not in the inventory (they stay recorded until they can be reached): c",
+        "still in gpu_servers: b: the next deploy_inference run deploys it again as new (new instance names and "
+        "ports); take it out of gpu_servers to keep it down"]
+    assert plan_report.decommission_lines(["a"], ["gw"], []) == [
+        "taking down: none", "not in the inventory (they stay recorded until they can be reached): a"]
