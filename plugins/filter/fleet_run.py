@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters that make and advance a deploy run (docs/deploy.md, "One run"):
-run_proposed, run_loaded, run_refused, run_converged, run_removed,
+run_proposed, run_loaded, run_refused, run_host, run_converged, run_removed,
 run_routed, run_configured, run_plan_lines and run_report. Each reads what Ansible holds
 (hostvars, the play's hosts) into plain values and makes one call into
 module_utils/fleet/ (plan.py, run.py).
@@ -107,6 +107,10 @@ def _removed(run, hostvars, batch):
     return fleet_run.removed(_run(run), sorted(_role_output(_hostvars("hostvars", hostvars), batch, "vllm_removed")))
 
 
+def _host(run, host):
+    return fleet_run.host_share(_run(run), str(host))
+
+
 def _routed(run, hostvars):
     run = _run(run)
     return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), run["fleet"]))
@@ -130,6 +134,8 @@ FILTERS = {
     "run_converged": _converged,
     # run | run_removed(hostvars, ansible_play_batch)
     "run_removed": _removed,
+    # run | run_host(inventory_hostname): {slice, deploys}, taken once per host
+    "run_host": _host,
     # run | run_routed(hostvars): the gateway's backends from the record
     "run_routed": _routed,
     "run_configured": _configured,

@@ -42,8 +42,8 @@ def tasks(playbook):
 
 def _events(playbook):
     return [(source, task) for source, task in tasks(playbook)
-            # run_report and run_plan_lines read the run, they do not advance it
-            if re.search(r"gpufleet\.numa\.run_(?!report|plan_lines)", json.dumps(task))]
+            # run_report, run_plan_lines and run_host read the run, they do not advance it
+            if re.search(r"gpufleet\.numa\.run_(?!report|plan_lines|host)", json.dumps(task))]
 
 
 def test_the_run_is_made_and_advanced_by_the_run_filters_once_per_play_on_the_controller():
@@ -91,11 +91,20 @@ def test_per_host_tasks_read_their_slice_not_the_fleet():
     """The role's instances, its servers on the gateways and its partners'
     addresses come from the host's slice of the run (computed once per run);
     the gateway's backends are computed once, in the run."""
-    roles = dict((task["role"], task["vars"]) for _source, task in tasks("deploy_inference.yml") if "role" in task)
-    vllm = roles["gpufleet.numa.vllm"]
-    assert vllm["vllm_instances"] == "{{ __gpufleet_slice.instances }}"
-    assert vllm["vllm_gateway_backends"] == "{{ __gpufleet_slice.drain_servers }}"
-    assert vllm["vllm_node_addresses"] == "{{ __gpufleet_slice.node_addresses }}"
+    roles = dict((task["role"], task) for _source, task in tasks("deploy_inference.yml") if "role" in task)
+    vllm = roles["gpufleet.numa.vllm"]["vars"]
+    # The vllm play takes each host's share of the run once (run_host), and
+    # the role and its `when` (evaluated for every task of the role) read
+    # only that host fact: a read of the run through hostvars costs a pass
+    # over every fact of the controller.
+    shares = [task for _source, task in tasks("deploy_inference.yml")
+              if "gpufleet.numa.run_host(" in json.dumps(task.get("ansible.builtin.set_fact", ""))]
+    assert [list(task["ansible.builtin.set_fact"]) for task in shares] == [["__gpufleet_host_run"]]
+    assert roles["gpufleet.numa.vllm"]["when"] == "__gpufleet_host_run.deploys"
+    assert vllm["vllm_instances"] == "{{ __gpufleet_host_run.slice.instances }}"
+    assert vllm["vllm_gateway_backends"] == "{{ __gpufleet_host_run.slice.drain_servers }}"
+    assert vllm["vllm_node_addresses"] == "{{ __gpufleet_host_run.slice.node_addresses }}"
+    assert "__gpufleet_run_now" not in json.dumps(vllm) and "__gpufleet_slice" not in json.dumps(vllm)
     for playbook in RUN_PLAYBOOKS:
         roles = dict((task["role"], task["vars"]) for _source, task in tasks(playbook) if "role" in task)
         assert roles["gpufleet.numa.gateway"]["gateway_backends"] == "{{ __gpufleet_gateway_backends }}"

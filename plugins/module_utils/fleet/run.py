@@ -167,6 +167,19 @@ def routed(run, listen, reach=None):
     return dict(run, gateway={"backends": gateway_view.gateway_backends(routed_plan, addresses)})
 
 
+def host_share(run, host):
+    """HOST's share of the run, taken once per host at the start of the
+    vllm play: its slice, and whether role vllm deploys it (not
+    unplannable, not refused). Every later task on the host reads this
+    small host fact, not the run: each read of the run (a fact of the
+    controller, through hostvars) costs Ansible a pass over every fact of
+    the controller, so a read per task per host made a run's CPU grow with
+    the square of the fleet."""
+    if host not in run["slices"]:
+        raise ValueError("host %s has no slice in the run (not in gpu_servers when the run was planned)" % host)
+    return {"slice": run["slices"][host], "deploys": host not in run["unplannable"]}
+
+
 def gateway_configured(run):
     """The run once the gateway play configured the gateways."""
     return dict(run, gateway_configured=True)

@@ -121,6 +121,16 @@ def test_refused_hosts_join_the_unplannable_and_the_gateway_routes_the_record(fa
     assert fleet_run.routed(first, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})["gateway"] is None
 
 
+def test_a_hosts_share_is_its_slice_and_whether_the_role_deploys_it(facts):
+    run = fleet_run.refused(propose(facts, kept=deployed(facts), tp=2), {"rtx4090": "host rtx4090: refused"})
+    h100, rtx = fleet_run.host_share(run, "h100"), fleet_run.host_share(run, "rtx4090")
+    assert h100 == {"slice": run["slices"]["h100"], "deploys": True}
+    assert rtx == {"slice": run["slices"]["rtx4090"], "deploys": False}
+    assert [i["host"] for i in h100["slice"]["instances"]] == ["h100"] * len(h100["slice"]["instances"])
+    with pytest.raises(ValueError, match="host gw has no slice in the run"):
+        fleet_run.host_share(run, "gw")
+
+
 def test_the_events_never_change_the_run_they_are_given(facts):
     run = propose(facts, kept=deployed(facts), tp=2)
     frozen = copy.deepcopy(run)
