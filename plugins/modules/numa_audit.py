@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: numa_audit
 short_description: Find GPU processes on the wrong NUMA node, and drift from the deployed plan
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Lists the processes that hold GPUs (NVML C(nvmlDeviceGetComputeRunningProcesses) when C(pynvml)
     imports, else C(nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader)) and compares

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: plan_record
 short_description: Lock the kept plan for a run, write it only over the revision the run started from
-version_added: "0.4.0"
+version_added: "0.1.0"
 description:
   - Used by C(playbooks/deploy_inference.yml), C(playbooks/decommission.yml) and C(playbooks/measure_bandwidth.yml) on
     the kept plan (the state of record). Runs on the controller (action plugin).

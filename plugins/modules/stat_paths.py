@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: stat_paths
 short_description: What exists at many paths of a host, in one call
-version_added: "0.4.0"
+version_added: "0.1.0"
 description:
   - Reads the directories, files, programs and links at every path of O(paths) (the last part of a path may
     be a glob) and returns each one that exists with the fields M(ansible.builtin.find) returns, without

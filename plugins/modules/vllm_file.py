@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: vllm_file
 short_description: Write one directory, helper or file of role vllm, only when it differs
-version_added: "0.3.0"
+version_added: "0.1.0"
 description:
   - Used by role C(gpufleet.numa.vllm) in one loop over the C(writes) of P(gpufleet.numa.vllm_units#filter)
     (directories, the helper programs, secrets.env, option files and units, in that order).

@@ -9,6 +9,7 @@ version is a release the metadata holds, with its date and summary (README)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,3 +67,20 @@ def test_galaxy_version_is_released():
     assert version in releases, "galaxy.yml version %s has no release in changelogs/changelog.yaml" % version
     assert releases[version].get("release_date")
     assert releases[version]["changes"].get("release_summary")
+
+
+def test_version_added_is_released():
+    """Every version_added of a plugin, role or option names a release: the changelog lists a plugin as new in
+    the release its version_added names, so one ahead of the releases is listed in none."""
+    releases = set(_load("changelogs", "changelog.yaml")["releases"])
+    found = {}
+    for folder in ("plugins", "roles"):
+        for root, dummy, files in os.walk(os.path.join(REPO, folder)):
+            for name in files:
+                if name.endswith((".py", ".yml", ".yaml")):
+                    with open(os.path.join(root, name), encoding="utf-8") as handle:
+                        for value in re.findall(r"version_added:\s*[\"']?([0-9][0-9.]*)", handle.read()):
+                            found.setdefault(value, []).append(os.path.relpath(os.path.join(root, name), REPO))
+    assert found, "no version_added found"
+    unreleased = {value: paths for value, paths in found.items() if value not in releases}
+    assert not unreleased, unreleased
