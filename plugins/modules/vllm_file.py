@@ -8,9 +8,14 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: vllm_file
-short_description: Write one directory, helper or file of role vllm, only when it differs
+short_description: "Internal to the deploy playbook; not a stable interface: write one directory, helper or file of role vllm, only when it differs"
 version_added: "0.1.0"
 description:
+  - >-
+    Internal to role C(gpufleet.numa.vllm), run by C(playbooks/deploy_inference.yml); not a stable interface: its
+    options and results change with the playbooks and roles that use it, without a deprecation. The modules meant
+    for users are M(gpufleet.numa.numa_facts), M(gpufleet.numa.numa_audit), M(gpufleet.numa.numa_preflight) and
+    M(gpufleet.numa.numa_bandwidth).
   - Used by role C(gpufleet.numa.vllm) in one loop over the C(writes) of P(gpufleet.numa.vllm_units#filter)
     (directories, the helper programs, secrets.env, option files and units, in that order).
   - Runs on the controller (action plugin). For a file it renders the role's template with the task's variables,
