@@ -144,7 +144,7 @@ EXAMPLES = r"""
     plan: deployed-plan.yml
 
 # Whole fleet, HTML report and a CI gate:
-#   ansible-playbook playbooks/audit_topology.yml -i inventories/prod -e audit_plan=deployed-plan.yml
+#   ansible-playbook gpufleet.numa.audit_topology -i inventories/prod -e audit_plan=deployed-plan.yml
 """
 
 RETURN = r"""

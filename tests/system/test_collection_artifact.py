@@ -34,6 +34,13 @@ REQUIRED = ("MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.md
             "playbooks/deploy_inference.yml", "docs/deploy.md", "inventories/hetzner/hosts.yml")
 
 
+def _readme_demo_table():
+    """The lines of the plan table the README shows for the demo (the code block after "then prints:")."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("then prints:\n\n```\n") + len("then prints:\n\n```\n"):]
+    return block[:block.index("```")].splitlines()
+
+
 def _run(args, env, cwd, timeout=300):
     return subprocess.run([str(a) for a in args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, check=False, timeout=timeout)
@@ -115,4 +122,9 @@ def test_installed_playbook_plans_the_demo(artifact):
     assert planned.returncode == 0, planned.stdout[-8000:]
     assert "proposal (not deployed, not recorded" in planned.stdout, planned.stdout[-8000:]
     assert "gpus 24, gpus unused 0, gpus used 24, hosts 3, instances 6" in planned.stdout, planned.stdout[-8000:]
+    # The README's table of the demo is what the playbook prints.
+    lines = _readme_demo_table()
+    assert lines[0] == "recorded plan (what runs now):" and lines[1].startswith("HOST "), lines
+    missing = [line for line in lines[1:] if '"%s"' % line not in planned.stdout]
+    assert not missing, (missing, planned.stdout[-8000:])
     assert not list((work / "staging").glob("*/etc/systemd/system/*.service"))
