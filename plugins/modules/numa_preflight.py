@@ -185,7 +185,7 @@ worst:
   type: str
   sample: critical
 summary:
-  description: One line per finding, critical first.
+  description: One line per finding, critical first; C(["all passed"]) for a host without a finding.
   returned: always
   type: list
   elements: str

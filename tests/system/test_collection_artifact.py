@@ -121,6 +121,8 @@ def test_installed_playbook_plans_the_demo(artifact):
                     "--tags", "plan"], env, work, timeout=600)
     assert planned.returncode == 0, planned.stdout[-8000:]
     assert "proposal (not deployed, not recorded" in planned.stdout, planned.stdout[-8000:]
+    # The fleet's variable check says it passed (an ok result, not a skipped task).
+    assert '"msg": "all passed: every variable of 3 GPU server(s) and 1 gateway(s)"' in planned.stdout
     assert "gpus 24, gpus unused 0, gpus used 24, hosts 3, instances 6" in planned.stdout, planned.stdout[-8000:]
     # The README's table of the demo is what the playbook prints.
     lines = _readme_demo_table()
