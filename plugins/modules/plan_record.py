@@ -8,7 +8,9 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: plan_record
-short_description: "Internal to the collection's playbooks; not a stable interface: lock the kept plan for a run, write it only over the revision the run started from"
+short_description: >-
+  Internal to the collection's playbooks; not a stable interface: lock the kept plan for a run, write it only
+  over the revision the run started from
 version_added: "0.1.0"
 description:
   - >-
