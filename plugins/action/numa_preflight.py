@@ -24,6 +24,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import show
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import findings as preflight_findings
+from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import policy
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import probe
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight.replay import replay
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
@@ -62,14 +63,6 @@ def check_units(units):
             raise ValueError("units[%d]: %s" % (i, exc))
         out.append(unit)
     return out
-
-
-def summary_lines(found):
-    """One line per finding, critical first."""
-    order = dict((name, -i) for i, name in enumerate(preflight_findings.SEVERITIES))
-    return ["%s %s %s: %s%s" % (f["severity"], f["check"], f["subject"], f["message"],
-                                " (fix: %s)" % f["fix"] if f["fix"] else "")
-            for f in sorted(found, key=lambda f: order[f["severity"]])]
 
 
 class ActionModule(ActionBase):
@@ -129,7 +122,7 @@ class ActionModule(ActionBase):
             if "capture" in kept:
                 result["capture"] = kept["capture"]
         found = preflight_findings.host_findings(readings, units, known or topology, context)
-        result.update(findings=found, worst=preflight_findings.worst(found), summary=summary_lines(found),
+        result.update(findings=found, worst=preflight_findings.worst(found), summary=policy.summary_lines(found),
                       readings=readings)
         if readings.get("warnings"):
             result["warnings"] = list(result.get("warnings") or []) + list(readings["warnings"])

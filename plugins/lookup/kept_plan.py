@@ -15,8 +15,13 @@ name: kept_plan
 version_added: 0.1.0
 author:
   - gpufleet.numa contributors (@gpufleet)
-short_description: Read the deployed plan kept between runs, refusing a file that cannot be read
+short_description: "Internal to the collection's playbooks; not a stable interface: read the deployed plan kept between runs"
 description:
+  - >-
+    Internal to the record's tasks of C(playbooks/deploy_inference.yml), C(playbooks/decommission.yml) and
+    C(playbooks/measure_bandwidth.yml); not a stable interface: its terms and result change with the playbooks that
+    use it, without a deprecation.
+  - Refuses a file that cannot be read.
   - Returns the text of the plan file (C(gpufleet_plan_file), docs/plan.md) on the controller,
     for P(gpufleet.numa.merge_plan#filter) and P(gpufleet.numa.load_plan#filter); or, given the run's store
     settings (P(gpufleet.numa.state_settings#filter)), the record's text in that store (the file, or the key

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: numa_audit
 short_description: Find GPU processes on the wrong NUMA node, and drift from the deployed plan
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Lists the processes that hold GPUs (NVML C(nvmlDeviceGetComputeRunningProcesses) when C(pynvml)
     imports, else C(nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader)) and compares
@@ -144,7 +144,7 @@ EXAMPLES = r"""
     plan: deployed-plan.yml
 
 # Whole fleet, HTML report and a CI gate:
-#   ansible-playbook playbooks/audit_topology.yml -i inventories/prod -e audit_plan=deployed-plan.yml
+#   ansible-playbook gpufleet.numa.audit_topology -i inventories/prod -e audit_plan=deployed-plan.yml
 """
 
 RETURN = r"""

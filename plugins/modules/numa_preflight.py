@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: numa_preflight
 short_description: Check that a host can bind its vLLM instances as planned, before anything changes
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Reads, without changing anything, what silently breaks NUMA binding in the field and reports each problem as a
     finding with a severity (C(critical), C(warning), C(info)) and the fix (C(docs/preflight.md)).
@@ -185,7 +185,7 @@ worst:
   type: str
   sample: critical
 summary:
-  description: One line per finding, critical first.
+  description: One line per finding, critical first; C(["all passed"]) for a host without a finding.
   returned: always
   type: list
   elements: str

@@ -8,9 +8,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: plan_record
-short_description: Lock the kept plan for a run, write it only over the revision the run started from
-version_added: "0.4.0"
+short_description: >-
+  Internal to the collection's playbooks; not a stable interface: lock the kept plan for a run, write it only
+  over the revision the run started from
+version_added: "0.1.0"
 description:
+  - >-
+    Internal to the record's tasks of C(playbooks/deploy_inference.yml), C(playbooks/decommission.yml) and
+    C(playbooks/measure_bandwidth.yml); not a stable interface: its options and results change with the playbooks
+    and roles that use it, without a deprecation. The modules meant for users are M(gpufleet.numa.numa_facts),
+    M(gpufleet.numa.numa_audit), M(gpufleet.numa.numa_preflight) and M(gpufleet.numa.numa_bandwidth).
   - Used by C(playbooks/deploy_inference.yml), C(playbooks/decommission.yml) and C(playbooks/measure_bandwidth.yml) on
     the kept plan (the state of record). Runs on the controller (action plugin).
   - The record is kept in a store (O(store), docs/state.md) - the C(file) C(gpufleet_plan_file) on the controller (the

@@ -8,9 +8,14 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: stat_paths
-short_description: What exists at many paths of a host, in one call
-version_added: "0.4.0"
+short_description: "Internal to the deploy playbook; not a stable interface: what exists at many paths of a host, in one call"
+version_added: "0.1.0"
 description:
+  - >-
+    Internal to role C(gpufleet.numa.vllm), run by C(playbooks/deploy_inference.yml); not a stable interface: its
+    options and results change with the playbooks and roles that use it, without a deprecation. The modules meant
+    for users are M(gpufleet.numa.numa_facts), M(gpufleet.numa.numa_audit), M(gpufleet.numa.numa_preflight) and
+    M(gpufleet.numa.numa_bandwidth).
   - Reads the directories, files, programs and links at every path of O(paths) (the last part of a path may
     be a glob) and returns each one that exists with the fields M(ansible.builtin.find) returns, without
     following links.

@@ -8,12 +8,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: vllm_files
-short_description: Internal to role gpufleet.numa.vllm - write the role's directories, helpers and files in one call
-version_added: "0.3.0"
+short_description: "Internal to the deploy playbook; not a stable interface: write role vllm's directories, helpers and files in one call"
+version_added: "0.1.0"
 description:
-  - Internal to role C(gpufleet.numa.vllm), not a stable interface. The role calls it once per host with the
-    C(writes) of P(gpufleet.numa.vllm_units#filter) (directories, the helper programs, secrets.env, option
-    files and units, in that order).
+  - >-
+    Internal to role C(gpufleet.numa.vllm), run by C(playbooks/deploy_inference.yml); not a stable interface: its
+    options and results change with the playbooks and roles that use it, without a deprecation. The modules meant
+    for users are M(gpufleet.numa.numa_facts), M(gpufleet.numa.numa_audit), M(gpufleet.numa.numa_preflight) and
+    M(gpufleet.numa.numa_bandwidth).
+  - The role calls it once per host with the C(writes) of P(gpufleet.numa.vllm_units#filter) (directories, the
+    helper programs, secrets.env, option files and units, in that order).
   - On the controller (action plugin) it renders each file from the role's template with the task's variables,
     or reads the role's helper program, and compares its sha1, mode and owner with what
     M(gpufleet.numa.stat_paths) saw on the host (carried in each entry); the decision is C(write_needed) in

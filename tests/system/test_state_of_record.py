@@ -109,7 +109,7 @@ def test_the_record_is_what_runs(fleet):
     assert [len(g) for _n, g, _p, _c in recorded(fleet, RTX)] == [2, 2, 2, 2]
     assert re.search(r"partial run: the gateways \(demo-gateway\) were not in this run, so HAProxy does not route "
                      r"%s-vllm-0, %s-vllm-2, %s-vllm-3 yet: finish with ansible-playbook "
-                     r"playbooks/deploy_inference.yml --limit gateways" % (RTX, RTX, RTX), out), out[-3000:]
+                     r"gpufleet\.numa\.deploy_inference -i %s --limit gateways" % (RTX, RTX, RTX, re.escape(str(base))), out), out[-3000:]
     assert len(routed(fleet)) == 5  # the gateway was not touched
     run(fleet, "deploy_inference.yml", base, "-l", "gateways")
     assert routed(fleet) == expected_routes(fleet) and len(routed(fleet)) == 8

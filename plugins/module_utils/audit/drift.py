@@ -300,5 +300,5 @@ def _replan_findings(view, instances, today):
         out.append(finding(
             host, "warning", "replan_differs", name,
             "a redeploy would change instance %s: %s" % (name, "; ".join(changes)),
-            "redeploy (playbooks/deploy_inference.yml) to apply today's plan", gpus=old_gpus, instance=name))
+            "redeploy (ansible-playbook gpufleet.numa.deploy_inference) to apply today's plan", gpus=old_gpus, instance=name))
     return out

@@ -225,7 +225,7 @@ def check_group(view, group):
                 suggestion, ", bound to that node (%s)" % _bind_command([node]) if node is not None else "")
         else:
             fix = ("no socket has %d GPUs: use fewer GPUs per group (one socket's), bound to their node, or deploy "
-                   "it with gpufleet.numa.fleet_plan (allow_span interleaves memory when a group must span)" % len(known))
+                   "it with gpufleet.numa.fleet_plan (gpufleet_allow_span: true interleaves memory when a group must span)" % len(known))
         severity, code = "critical", "gpus_span_sockets"
     else:
         message = "%s holds %s on several NUMA nodes of one socket (%s)" % (group_subject(group), view.label(known), per_node)

@@ -43,7 +43,7 @@ def audit_host(facts, processes, host=None, deployed=None, memory_threshold=loca
             host, "info", "processes_unknown", host,
             "which processes hold the GPUs is unknown (neither NVML nor nvidia-smi answered, or a capture "
             "recorded without a process list)",
-            "install nvidia-ml-py or nvidia-smi on the host; record captures with playbooks/record_topology.yml"))
+            "install nvidia-ml-py or nvidia-smi on the host; record captures with ansible-playbook gpufleet.numa.record_topology"))
     groups = locality.process_groups(view, procs)
     states = []
     today = None

@@ -59,8 +59,8 @@ def check_settings(variables):
     out["files_dir"] = checks.absolute_path("prometheus_files_dir", files_dir, allow_empty=True)
     if out["server"] and not out["files_dir"]:
         checks.fail("prometheus_files_dir", "is required with prometheus_server: the controller directory "
-                    "the deploy writes the Prometheus files into (gpufleet_metrics_dir; playbooks/"
-                    "monitoring.yml sets it)", files_dir)
+                    "the deploy writes the Prometheus files into (gpufleet_metrics_dir; the playbook "
+                    "gpufleet.numa.monitoring sets it)", files_dir)
     out["gpufleet_dir"] = out["config_dir"].rstrip("/") + "/" + SUBDIRECTORY
     out["files"] = [TARGET_FILES[job] for job in (rules.VLLM_JOB, rules.GATEWAY_JOB, rules.NODE_JOB)]
     out["rule_file"] = RULE_FILE

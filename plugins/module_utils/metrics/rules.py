@@ -91,8 +91,8 @@ def alert_rules(down_for=DEFAULT_DOWN_FOR):
             "annotations": {
                 "summary": "{{ $value }} instance(s) on {{ $labels.host }} not bound as planned",
                 "description": "The last topology audit of {{ $labels.host }} found planned instances whose "
-                               "processes run or allocate outside their NUMA node(s): run "
-                               "playbooks/audit_topology.yml for the findings and their fixes.",
+                               "processes run or allocate outside their NUMA node(s): run ansible-playbook "
+                               "gpufleet.numa.audit_topology for the findings and their fixes.",
             },
         },
         {

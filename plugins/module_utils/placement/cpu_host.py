@@ -87,7 +87,7 @@ def _no_instance(host, tp, sockets, bare):
     unknown = any(not key.known for key, dummy in sockets)
     alone = " (a node whose socket the facts do not know stands as its own socket)" if unknown else ""
     return _error(host, "tp_size %d (gpufleet_tp_size) needs %d NUMA nodes with usable CPUs on one socket for a CPU "
-                        "instance (one rank per node, never across sockets; allow_span does not apply); its sockets "
+                        "instance (one rank per node, never across sockets; gpufleet_allow_span does not apply); its sockets "
                         "hold at most %d%s" % (tp, tp, most, alone))
 
 

@@ -17,6 +17,12 @@ def where(nodes, sockets):
     return "%s (%s)" % (node_word, sock_word)
 
 
+def socket_word(node, key):
+    """"socket 1", or "NUMA node 3 (socket unknown)" for a node whose socket the facts do not know (it stands as
+    its own socket)."""
+    return "socket %s" % key.socket if key.known else where([node], [])
+
+
 def group_reason(stages, span, interleave):
     """The reason of a group from its StageTemplates."""
     parts = []
@@ -31,7 +37,7 @@ def group_reason(stages, span, interleave):
     else:
         reason = "%d pipeline stages: %s" % (len(parts), "; ".join("stage %d: %s" % (i, p) for i, p in enumerate(parts)))
     if span:
-        reason += "; tp_size exceeds the GPUs of every socket and allow_span is true, so the group spans sockets"
+        reason += "; tp_size exceeds the GPUs of every socket and gpufleet_allow_span is true, so the group spans sockets"
     elif interleave:
         reason += "; spanning NUMA nodes of one socket gives more groups than staying inside one node"
     if interleave:
@@ -52,8 +58,9 @@ def unused_reasons(n, used, result, opts, span, socket_of, node_of):
         place = where([node_of[pos]], [key.socket] if key.known else [])
         domain = next(d for d in result.domains if pos in d)
         if len(domain) < tp:
-            why = "only %d placeable GPU%s on %s's socket, fewer than tp_size %d" % (
-                len(domain), "" if len(domain) == 1 else "s", place, tp)
+            why = "only %d placeable GPU%s on %s, fewer than tp_size %d%s" % (
+                len(domain), "" if len(domain) == 1 else "s", socket_word(node_of[pos], key), tp,
+                " (this GPU is on NUMA node %s)" % node_of[pos] if key.known else "")
         elif capped:
             why = "max_instances_per_host (%d) reached" % cap
         elif pp > 1 and max_groups % pp:

@@ -189,7 +189,7 @@ def _must_span(gpus, topo, opts, host, gpu_ids):
                  else "socket (or NUMA node, where its socket is unknown)")
         raise PlacementError(
             "host %s: tp_size %d does not fit on any %s (at most %d placeable GPUs share one); "
-            "set allow_span: true to let a group span them" % (host, tp, where, most_on_socket)
+            "set gpufleet_allow_span: true (allow_span=true for the fleet_plan filter) to let a group span them" % (host, tp, where, most_on_socket)
         )
     if tp > n:
         raise PlacementError("host %s: tp_size %d exceeds the %d placeable GPUs" % (host, tp, n))

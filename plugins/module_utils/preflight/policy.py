@@ -11,7 +11,8 @@ gpufleet_preflight per host.
 - off: the preflight does not run on that host.
 
 refusals() names the refused hosts and why; report_lines() prints every
-finding of every host once. Pure functions, standard library only
+finding of every host once, and "all passed" for a host without one;
+summary_lines() is one host's module result. Pure functions, standard library only
 (controller side).
 """
 
@@ -47,9 +48,22 @@ def refusals(findings, policies):
     return out
 
 
+ALL_PASSED = "all passed"
+
+
+def summary_lines(found):
+    """One host's findings, one line each, critical first: "SEVERITY CHECK SUBJECT: MESSAGE (fix: FIX)";
+    ["all passed"] for a clean host (its result says so, not an empty list)."""
+    order = dict((name, -i) for i, name in enumerate(findings_module.SEVERITIES))
+    return ["%s %s %s: %s%s" % (f["severity"], f["check"], f["subject"], f["message"],
+                                " (fix: %s)" % f["fix"] if f["fix"] else "")
+            for f in sorted(found, key=lambda f: order[f["severity"]])] or [ALL_PASSED]
+
+
 def report_lines(findings, refused=None):
     """One line per finding, hosts sorted, critical first: "HOST: SEVERITY CHECK SUBJECT: MESSAGE (fix: FIX)",
-    then a line per refused host; ["no finding"] when there is none. Control
+    "HOST: all passed" for a host checked without a finding, then a line per refused host; ["no finding"] when no
+    host was checked. Control
     characters are written as \\xNN (checks.printable). The checks a
     recorded capture cannot answer are one line per host (each finding, with its
     why, stays in the module's result): a recorded fleet would otherwise say it a
@@ -57,6 +71,9 @@ def report_lines(findings, refused=None):
     order = {"critical": 0, "warning": 1, "info": 2}
     lines = []
     for host in sorted(findings):
+        if not findings[host]:
+            lines.append("%s: %s" % (host, ALL_PASSED))
+            continue
         unrecorded = []
         for f in sorted(findings[host], key=lambda f: order.get(f["severity"], 3)):
             if f["severity"] == "info" and f["message"].startswith(UNRECORDED):

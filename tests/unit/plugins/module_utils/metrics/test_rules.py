@@ -78,7 +78,7 @@ def alert_test(down_for_expectation):
                     "exp_annotations": {
                         "summary": "1 instance(s) on gpu-a not bound as planned",
                         "description": "The last topology audit of gpu-a found planned instances whose processes run "
-                                       "or allocate outside their NUMA node(s): run playbooks/audit_topology.yml for "
+                                       "or allocate outside their NUMA node(s): run ansible-playbook gpufleet.numa.audit_topology for "
                                        "the findings and their fixes."}}]},
                 {"eval_time": "2m", "alertname": "GpufleetNumaRemoteMemory", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "job": "gpufleet-node", "instance": "gpu-a/node",

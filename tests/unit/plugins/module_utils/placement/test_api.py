@@ -132,7 +132,16 @@ def test_plan_host_small_socket_gpus_unused_with_reason():
     plan = placement.plan_host(facts, tp_size=4)
     assert indices(plan) == [[0, 1, 2, 3]]
     assert plan["unused"] == [{"id": "0000:14:00.0", "index": 4, "reason": plan["unused"][0]["reason"]}]
-    assert "fewer than tp_size 4" in plan["unused"][0]["reason"]
+    assert plan["unused"][0]["reason"] == "only 1 placeable GPU on socket 1, fewer than tp_size 4 (this GPU is on NUMA node 1)"
+
+
+def test_small_socket_reason_where_the_socket_is_unknown():
+    """A node whose socket the facts do not know stands as its own socket: the reason names the node."""
+    facts = make_facts("x", {0: (None, "0-7"), 1: (None, "8-15")}, [0, 0, 0, 1, 1], lambda i, j: "SYS", sockets=False)
+    plan = placement.plan_host(facts, tp_size=3)
+    assert indices(plan) == [[0, 1, 2]]
+    assert [u["reason"] for u in plan["unused"]] == [
+        "only 2 placeable GPUs on NUMA node 1 (socket unknown), fewer than tp_size 3"] * 2
 
 
 # ---------------------------------------------------------------- strict / span
@@ -142,7 +151,8 @@ def test_plan_host_strict_failure_names_host_and_problem():
     with pytest.raises(placement.PlacementError) as err:
         placement.plan_host(h100_nvswitch("gpu-a"), tp_size=8)
     text = str(err.value)
-    assert "gpu-a" in text and "tp_size 8 does not fit on any socket" in text and "allow_span" in text
+    assert text == ("host gpu-a: tp_size 8 does not fit on any socket (at most 4 placeable GPUs share one); "
+                    "set gpufleet_allow_span: true (allow_span=true for the fleet_plan filter) to let a group span them")
 
 
 def test_plan_host_allow_span_interleaves_over_both_sockets():

@@ -25,7 +25,7 @@ def test_group_reason_of_a_spanning_group():
     plan = placement.plan_host(h100_nvswitch(), tp_size=8, allow_span=True)
     assert plan["groups"][0]["reason"] == (
         "8 GPUs on NUMA nodes 0,1 (sockets 0,1), worst link NV18; tp_size exceeds the GPUs of every socket and "
-        "allow_span is true, so the group spans sockets; memory interleaved over its NUMA nodes")
+        "gpufleet_allow_span is true, so the group spans sockets; memory interleaved over its NUMA nodes")
 
 
 def test_unused_reason_of_a_capped_host():

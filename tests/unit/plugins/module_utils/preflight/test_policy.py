@@ -33,11 +33,21 @@ def test_check_policy_refuses_other_values(value):
 def test_report_lines_critical_first_then_refused():
     lines = policy.report_lines({"b": [INFO, WARNING, CRITICAL], "a": []}, {"b": "why"})
     assert lines == [
+        "a: all passed",
         "b: critical cpuset_mems /sys/fs/cgroup/cpuset.mems.effective: vllm-1 binds node 1 (fix: allow it)",
         "b: warning numa_balancing kernel.numa_balancing: on (fix: turn it off)",
         "b: info sub_numa socket 0: SNC",
         "b: refused, keeps its recorded instances"]
     assert policy.report_lines({}) == ["no finding"]
+    assert policy.report_lines({"a": [], "b": []}) == ["a: all passed", "b: all passed"]
+
+
+def test_summary_lines_worst_first_and_all_passed_when_clean():
+    assert policy.summary_lines([INFO, WARNING, CRITICAL]) == [
+        "critical cpuset_mems /sys/fs/cgroup/cpuset.mems.effective: vllm-1 binds node 1 (fix: allow it)",
+        "warning numa_balancing kernel.numa_balancing: on (fix: turn it off)",
+        "info sub_numa socket 0: SNC"]
+    assert policy.summary_lines([]) == ["all passed"]
 
 
 def test_report_lines_say_once_per_host_what_a_capture_cannot_answer():

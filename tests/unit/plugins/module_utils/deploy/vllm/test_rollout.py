@@ -170,7 +170,7 @@ def test_host_rollout_restarts_every_instance_after_the_install_but_not_in_check
 
 
 def unit_results(texts):
-    """The write loop's results as vllm_file gives them: each unit's content_sha1 (written or found)."""
+    """The write loop's results as vllm_files gives them: each unit's content_sha1 (written or found)."""
     results = []
     for label, entry in FILES.items():
         result = {"__vllm_file": entry, "changed": label in texts}
