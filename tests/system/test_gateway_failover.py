@@ -179,6 +179,7 @@ def measure(name, t0, t_end, new_holder, samples, requests):
     answered = sorted(r["done"] for r in window if r["ok"] and r["sent"] >= last)
     return {
         "scenario": name, "requests": len(window), "failed": len(failed),
+        "slowest_s": round(max([r["done"] - r["sent"] for r in window if r["ok"]] or [0]), 2),
         "moved_after_s": None if t_hold is None else round(t_hold - t0, 2),
         "last_failed_sent_after_s": round(last - t0, 2) if failed else None,
         "first_answer_after_s": round(answered[0] - t0, 2) if answered else None,

@@ -215,8 +215,8 @@ def check_vrrp(variables, gateway, host, members):
     if not isinstance(members, dict):
         raise ValueError("gateway_vrrp_settings expects the group's hosts as a mapping")
     s.update(own_settings(v), enabled=True)
-    s["peers"] = peers(host, s, members, s["group"])
     s["check_url"] = check_url(gateway)
+    s["peers"] = peers(host, s, members, s["group"])
     s["instance"] = "gpufleet_gateway_%d" % s["router_id"]
     s["packages"] = [s["package"]] + list(CHECK_PACKAGES)
     s.update(advert_int=ADVERT_INT, check_interval=CHECK_INTERVAL, check_timeout=CHECK_TIMEOUT,
