@@ -60,9 +60,12 @@ def gateway_vrrp(variables, gateway, hostvars, groups, host):
 
 
 def gateway_rollout(hosts, hostvars):
-    """HOSTS (the gateways) in the order the deploy playbook configures them, one at a time."""
+    """HOSTS (the gateways) in the order the deploy playbook configures them, one at a time
+    (a host HOSTVARS lacks, as under --syntax-check, keeps its place as one without VRRP)."""
     hosts = [str(h) for h in hosts or []]
-    return vrrp.rollout_order(hosts, _members(hostvars, hosts))
+    if not hasattr(hostvars, "keys"):
+        raise AnsibleFilterError("gpufleet.numa.gateway_rollout expects hostvars")
+    return vrrp.rollout_order(hosts, _members(hostvars, [h for h in hosts if h in hostvars]))
 
 
 class FilterModule(object):
