@@ -61,7 +61,7 @@ def gateway_vrrp(variables, gateway, hostvars, groups, host):
 
 def gateway_rollout(hosts, hostvars):
     """HOSTS (the gateways) in the order the deploy playbook configures them, one at a time
-    (a host HOSTVARS lacks, as under --syntax-check, keeps its place as one without VRRP)."""
+    (a host HOSTVARS lacks keeps its place as one without VRRP)."""
     hosts = [str(h) for h in hosts or []]
     if not hasattr(hostvars, "keys"):
         raise AnsibleFilterError("gpufleet.numa.gateway_rollout expects hostvars")
