@@ -124,7 +124,8 @@ PLAY = """\
         - name: Record success
           ansible.builtin.set_fact:
             __case_result: "{{ {'failed': false, 'changed': __gateway_config.changed | default(false),
-                                'backup_file': __gateway_config.backup_file | default(none)} }}"
+                                'backup_file': __gateway_config.backup_file | default(none),
+                                'keepalived_changed': __gateway_keepalived_config.changed | default(false)} }}"
       rescue:
         - name: Record failure
           ansible.builtin.set_fact:
@@ -879,10 +880,178 @@ def test_gateway_role_defaults_are_the_argument_specs_defaults():
         assert "default" in spec, "%s: argument_specs.yml has no default" % name
         assert spec["default"] == defaults[name], "%s: defaults/main.yml %r, argument_specs.yml %r" % (
             name, defaults[name], spec["default"])
-    passed = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__gateway_variables"]
+    passed = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import settings as gateway_settings
-    assert sorted(passed) == sorted(defaults) == sorted(gateway_settings.VARIABLES)
+    from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import vrrp
+    assert sorted(passed["__gateway_variables"]) == sorted(gateway_settings.VARIABLES)
+    assert sorted(passed["__gateway_vrrp_variables"]) == sorted(vrrp.VARIABLES)
+    assert sorted(defaults) == sorted(gateway_settings.VARIABLES + vrrp.VARIABLES)
     # Each variable missing from the check's input is an error, never a default.
     for name in gateway_settings.VARIABLES:
         with pytest.raises(ValueError, match="missing variable\\(s\\) %s;" % name):
-            gateway_settings.check_settings(dict((n, defaults[n]) for n in defaults if n != name))
+            gateway_settings.check_settings(dict((n, defaults[n]) for n in gateway_settings.VARIABLES if n != name))
+    for name in vrrp.VARIABLES:
+        with pytest.raises(ValueError, match="missing variable\\(s\\) %s;" % name):
+            vrrp.check_vrrp(dict((n, defaults[n]) for n in vrrp.VARIABLES if n != name), {}, "gw", {})
+
+
+# --- Two gateways, one address (keepalived) -----------------------------------
+
+KEEPALIVED = shutil.which("keepalived") or "/usr/sbin/keepalived"
+VRRP_PASSWORD = "pa55-vr"
+VRRP_SHARED = {"gateway_listen_address": "0.0.0.0", "gateway_allow_unauthenticated": True,
+               "gateway_vrrp_address": "10.213.250.100/24", "gateway_vrrp_router_id": 213,
+               "gateway_vrrp_password": VRRP_PASSWORD}
+
+
+def vrrp_interface():
+    """An interface of this machine keepalived -t accepts (not loopback), up ones first."""
+    names = sorted(name for name in os.listdir("/sys/class/net") if name != "lo")
+    up = [n for n in names if pathlib.Path("/sys/class/net/%s/operstate" % n).read_text().strip() in ("up", "unknown")]
+    if not (up or names):
+        pytest.fail("no network interface but lo: keepalived -t refuses lo for VRRP")
+    return (up or names)[0]
+
+
+@pytest.fixture(scope="module")
+def vrrp_cases(tmp_path_factory):
+    """Gateways in VRRP groups, one ansible-playbook run (then the pair again:
+    nothing may change). Groups: pair (p1, p2: accepted; p3 the check-mode
+    twin in check_pair), dup (same priority), echo (a validator that echoes
+    the configuration and fails), and lone hosts with one bad value each."""
+    if not os.access(KEEPALIVED, os.X_OK):
+        pytest.fail("keepalived is not installed at %s: run scripts/setup (it installs it)" % KEEPALIVED)
+    tmp_path = tmp_path_factory.mktemp("gateway-vrrp")
+    interface = vrrp_interface()
+    echoing = tmp_path / "echoing-keepalived"
+    echoing.write_text('#!/bin/sh\necho "config: parsing error"; cat "$3" >&2; exit 1\n')
+    echoing.chmod(0o755)
+    results = tmp_path / "results.json"
+    hosts, groups = {}, {}
+
+    def host(name, group, priority, octet, check_mode=False, member=True, **extra):
+        variables = dict(STAGING, **VRRP_SHARED)
+        variables.update(gateway_backends=BACKENDS, gateway_vrrp_interface=interface, gateway_vrrp_group=group,
+                         gateway_vrrp_priority=priority, gateway_vrrp_unicast_address="10.213.250.%d" % octet,
+                         gateway_config_path=str(tmp_path / name / "haproxy.cfg"),
+                         gateway_vrrp_config_path=str(tmp_path / name / "keepalived" / "keepalived.conf"),
+                         case_check_mode=check_mode)
+        variables.update(extra)
+        hosts[name] = variables
+        if member:
+            groups.setdefault(group, []).append(name)
+
+    host("p1", "pair", 150, 11)
+    host("p2", "pair", 100, 12)
+    host("c1", "check_pair", 150, 11, check_mode=True)
+    host("c2", "check_pair", 100, 12, check_mode=True)
+    host("d1", "dup", 100, 11)
+    host("d2", "dup", 100, 12)
+    host("e1", "echo", 150, 11, gateway_vrrp_keepalived=str(echoing))
+    host("e2", "echo", 100, 12)
+    for name, changes in VRRP_REJECTED.items():
+        host(name, "pair", 120, 30, member=False, **changes[0])
+    lines = ["all:", "  vars:", "    case_results: %s" % yaml_string(str(results)), "  hosts:",
+             "    localhost: {case_check_mode: false}", "  children:", "    cases:", "      hosts:"]
+    lines += ["        %s: %s" % (name, yaml_value(variables)) for name, variables in hosts.items()]
+    for group, members in groups.items():
+        lines += ["    %s:" % group, "      hosts:"] + ["        %s:" % member for member in members]
+    inventory = tmp_path / "vrrp.yml"
+    inventory.write_text("\n".join(lines) + "\n")
+    returncode, output = run_playbook(tmp_path, PLAY, inventory=str(inventory))
+    assert returncode == 0, output
+    outcomes = json.loads(results.read_text())
+    play = PLAY.replace("hosts: cases", "hosts: pair").replace("groups['cases']", "groups['pair']")
+    again_code, again = run_playbook(tmp_path, play, inventory=str(inventory))
+    return {"tmp_path": tmp_path, "outcomes": outcomes, "output": output, "interface": interface,
+            "again": (again_code, again, json.loads(results.read_text()))}
+
+
+# One bad value each (host in group pair, which it is not a member of: its
+# own values are checked first): (variables, parts of the message).
+VRRP_REJECTED = {
+    "vrrp_no_prefix": ({"gateway_vrrp_address": "10.213.250.100"},
+                       ["gateway_vrrp_address: must be an IPv4 address with its prefix length"]),
+    "vrrp_interface_words": ({"gateway_vrrp_interface": "eth0 }\n"}, ["gateway_vrrp_interface: must not contain"]),
+    "vrrp_router_id_zero": ({"gateway_vrrp_router_id": 0}, ["gateway_vrrp_router_id: must be at least 1 (got 0)"]),
+    "vrrp_router_id_256": ({"gateway_vrrp_router_id": 256}, ["gateway_vrrp_router_id: must be at most 255"]),
+    "vrrp_password_long": ({"gateway_vrrp_password": "pa55-vrrp"},
+                           ["gateway_vrrp_password: must be at most 8 characters", "(value hidden)"]),
+    "vrrp_no_priority": ({"gateway_vrrp_priority": 0}, ["gateway_vrrp_priority: must be at least 1 (got 0)"]),
+    "vrrp_listen_loopback": ({"gateway_listen_address": "127.0.0.1"},
+                             ["gateway_listen_address: must be 0.0.0.0 or :: when gateway_vrrp_address is set"]),
+    "vrrp_not_in_group": ({}, ["gateway_vrrp_group: this gateway (vrrp_not_in_group) is not in group pair"]),
+}
+
+
+def test_gateway_role_vrrp_pair_renders_golden_keepalived_conf(vrrp_cases):
+    for name in ("p1", "p2"):
+        outcome = vrrp_cases["outcomes"][name]
+        assert_accepted(outcome)
+        assert outcome["keepalived_changed"]
+        directory = vrrp_cases["tmp_path"] / name / "keepalived"
+        conf = directory / "keepalived.conf"
+        text = conf.read_text().replace(str(directory) + "/", "CONFIG_DIR/")
+        text = text.replace(" %s" % vrrp_cases["interface"], " INTERFACE")
+        golden = GOLDEN / ("keepalived-%s.conf" % name)
+        if os.environ.get("GPUFLEET_UPDATE_GOLDEN") == "1":
+            golden.write_text(text)
+        assert text == golden.read_text(), "%s differs from %s" % (conf, golden)
+        assert oct(conf.stat().st_mode & 0o777) == "0o600"
+        script = directory / "gpufleet-haproxy-check"
+        assert os.access(script, os.X_OK)
+        assert "'http://127.0.0.1:8080/gateway/health'" in script.read_text()
+        # keepalived itself accepts it (the role validated it the same way).
+        check = subprocess.run([KEEPALIVED, "-t", "-f", str(conf)], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
+        assert check.returncode == 0, check.stdout
+        # The HAProxy configuration is what it is without VRRP.
+        assert haproxy_check(vrrp_cases["tmp_path"] / name / "haproxy.cfg").returncode == 0
+    assert VRRP_PASSWORD not in vrrp_cases["output"]
+
+
+def test_gateway_role_vrrp_keepalived_t_refuses_what_keepalived_refuses(vrrp_cases, tmp_path):
+    """keepalived -t can fail: the validation the role relies on is real."""
+    conf = vrrp_cases["tmp_path"] / "p1" / "keepalived" / "keepalived.conf"
+    broken = tmp_path / "keepalived.conf"
+    broken.write_text(conf.read_text().replace("    nopreempt\n", "    nopreempt\n    no_such_keyword 1\n"))
+    check = subprocess.run([KEEPALIVED, "-t", "-f", str(broken)], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
+    assert check.returncode != 0 and "no_such_keyword" in check.stdout, check.stdout
+
+
+def test_gateway_role_vrrp_second_run_changes_nothing(vrrp_cases):
+    code, output, outcomes = vrrp_cases["again"]
+    assert code == 0, output
+    for name in ("p1", "p2"):
+        assert_accepted(outcomes[name])
+        assert not outcomes[name]["keepalived_changed"] and not outcomes[name]["changed"]
+    assert VRRP_PASSWORD not in output
+
+
+def test_gateway_role_vrrp_check_mode_writes_nothing(vrrp_cases):
+    for name in ("c1", "c2"):
+        assert_accepted(vrrp_cases["outcomes"][name])
+        assert not (vrrp_cases["tmp_path"] / name).exists()
+
+
+def test_gateway_role_vrrp_same_priority_refused(vrrp_cases):
+    for name in ("d1", "d2"):
+        assert_rejected(vrrp_cases["outcomes"][name], "gateway_vrrp_priority: must differ on every gateway of group dup",
+                        "d1 and d2" if name == "d1" else "d2 and d1", "both have 100")
+        assert not (vrrp_cases["tmp_path"] / name).exists()
+
+
+def test_gateway_role_vrrp_failed_validation_never_echoes_the_password(vrrp_cases):
+    outcome = vrrp_cases["outcomes"]["e1"]
+    assert_rejected(outcome, "keepalived.conf was not written", "config: parsing error")
+    assert VRRP_PASSWORD not in outcome["msg"] and VRRP_PASSWORD not in vrrp_cases["output"]
+    assert not (vrrp_cases["tmp_path"] / "e1" / "keepalived" / "keepalived.conf").exists()
+    assert_accepted(vrrp_cases["outcomes"]["e2"])
+
+
+@pytest.mark.parametrize("name", sorted(VRRP_REJECTED))
+def test_gateway_role_vrrp_bad_input_fails_before_writing(vrrp_cases, name):
+    assert_rejected(vrrp_cases["outcomes"][name], *VRRP_REJECTED[name][1])
+    assert not (vrrp_cases["tmp_path"] / name).exists()
+    assert VRRP_PASSWORD not in vrrp_cases["outcomes"][name]["msg"]

@@ -19,11 +19,14 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.filter.gateway import gateway_settings
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import vrrp
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway.settings import VARIABLES
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 ROLE = REPO / "roles" / "gateway"
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+# The HAProxy settings' defaults (the gateway_vrrp_* ones go to gateway_vrrp).
+DEFAULTS = dict((name, value) for name, value in yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()).items()
+                if name in VARIABLES)
 LLAMA = "meta-llama/Llama-3.1-70B-Instruct"
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 BACKENDS = [
@@ -90,11 +93,12 @@ def test_gateway_settings_defaults_pass_in_canonical_form():
 
 
 def test_gateway_settings_every_default_is_a_variable_and_back():
-    assert sorted(DEFAULTS) == sorted(VARIABLES)
+    every = VARIABLES + vrrp.VARIABLES
+    assert sorted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())) == sorted(every)
     role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__gateway_variables"]
     assert sorted(role_vars) == sorted(VARIABLES)
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
-    assert sorted(specs["argument_specs"]["main"]["options"]) == sorted(VARIABLES)
+    assert sorted(specs["argument_specs"]["main"]["options"]) == sorted(every)
 
 
 def test_gateway_settings_canonicalises_and_converts():

@@ -88,6 +88,7 @@ def test_gateway_backends_backend_names_agree_with_the_gateway_role():
     plan = {"instances": [dict(INSTANCE, served_model_name="org/m"), dict(INSTANCE, host="gpu-b", served_model_name="org_m",
                                                                           model="other")]}
     backends = gateway_backends(plan, {"gpu-a": "10.0.0.11", "gpu-b": "10.0.0.12"})
+    defaults = dict((name, value) for name, value in defaults.items() if not name.startswith("gateway_vrrp_"))
     settings = gateway_settings(dict(defaults, gateway_backends=backends, gateway_listen_address="127.0.0.1"))
     assert [b["backend"] for b in backends] == [m["backend"] for m in settings["models"]]
     assert len(set(b["backend"] for b in backends)) == 2
