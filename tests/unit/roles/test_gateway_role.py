@@ -1001,6 +1001,11 @@ def test_gateway_role_vrrp_pair_renders_golden_keepalived_conf(vrrp_cases):
         script = directory / "gpufleet-haproxy-check"
         assert os.access(script, os.X_OK)
         assert "'http://127.0.0.1:8080/gateway/health'" in script.read_text()
+        # The track script as rendered is a clean shell script (scripts/lint
+        # shellchecks the repository's scripts, not templates).
+        lint = subprocess.run(["shellcheck", str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=60, check=False)
+        assert lint.returncode == 0, lint.stdout
         # keepalived itself accepts it (the role validated it the same way).
         check = subprocess.run([KEEPALIVED, "-t", "-f", str(conf)], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=60, check=False)
