@@ -65,7 +65,7 @@ def require_tools():
     if os.geteuid() != 0:
         pytest.skip("needs root: it creates network namespaces (ip netns)")
     if not shutil.which("ip") or subprocess.run(["ip", "netns", "list"], stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.DEVNULL).returncode != 0:
+                                                stderr=subprocess.DEVNULL, check=False).returncode != 0:
         pytest.skip("ip netns is not available")
     if not os.access(KEEPALIVED, os.X_OK):
         pytest.skip("keepalived is not installed (scripts/setup installs it)")

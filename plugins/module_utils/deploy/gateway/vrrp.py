@@ -126,7 +126,7 @@ def own_settings(v):
     s["priority"] = checks.integer("gateway_vrrp_priority", v["gateway_vrrp_priority"], 1, PRIORITY_MAX)
     s["password"] = password("gateway_vrrp_password", v["gateway_vrrp_password"])
     s["unicast_src_ip"] = unicast_address("gateway_vrrp_unicast_address", v["gateway_vrrp_unicast_address"])
-    if s["unicast_src_ip"] == s["address"].split("/")[0]:
+    if s["unicast_src_ip"] == s["address"].split("/", maxsplit=1)[0]:
         checks.fail("gateway_vrrp_unicast_address", "must be this gateway's own address, not the floating "
                     "gateway_vrrp_address", v["gateway_vrrp_unicast_address"])
     s["preempt"] = checks.boolean("gateway_vrrp_preempt", v["gateway_vrrp_preempt"])
