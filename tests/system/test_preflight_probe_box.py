@@ -54,9 +54,13 @@ print(json.dumps(out))
 def box(tmp_path_factory):
     key = tmp_path_factory.mktemp("box") / "key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    subprocess.run([BOX, "start", NAME, "--address", ADDRESS, "--ssh-port", PORT, "--authorized-key",
-                    str(key) + ".pub", "--bind-ro", REPO], check=True, timeout=300)
+    # A box of this name left by an earlier run that was killed would refuse
+    # the start ("already running"): stopped first (nothing when there is none).
+    subprocess.run([BOX, "stop", NAME], check=False, timeout=120)
     try:
+        # Stopped afterwards even when the start fails half way.
+        subprocess.run([BOX, "start", NAME, "--address", ADDRESS, "--ssh-port", PORT, "--authorized-key",
+                        str(key) + ".pub", "--bind-ro", REPO], check=True, timeout=300)
         yield NAME
     finally:
         subprocess.run([BOX, "stop", NAME], check=False, timeout=120)
