@@ -2,7 +2,9 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters that write one host's topology facts as Slurm's gres.conf and
-as an NCCL topology file (plugins/module_utils/topology/export.py)."""
+as an NCCL topology file (plugins/module_utils/topology/export.py), and
+topology_exports, export_topology.yml's own: both formats, and which one
+the facts lack what it needs for."""
 
 from __future__ import annotations
 
@@ -41,6 +43,17 @@ def nccl_topology_xml(facts, host=None, cpu_arch=None, cpu_vendor=None):
         raise AnsibleFilterError("gpufleet.numa.nccl_topology_xml: %s" % exc)
 
 
+def topology_exports(facts, host=None):
+    try:
+        result = topology_export.host_exports(facts, _host(facts, host))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.topology_exports: %s" % exc)
+    for line in result["warnings"]:
+        _display.warning("gpufleet.numa.topology_exports: %s" % line)
+    return {"files": result["files"], "skipped": result["skipped"]}
+
+
 class FilterModule(object):
     def filters(self):
-        return {"slurm_gres_conf": slurm_gres_conf, "nccl_topology_xml": nccl_topology_xml}
+        return {"slurm_gres_conf": slurm_gres_conf, "nccl_topology_xml": nccl_topology_xml,
+                "topology_exports": topology_exports}

@@ -17,7 +17,11 @@
   gdr, NIC speed) from what it detects.
 
 Both return {"text": ..., "warnings": [...]} and raise ValueError naming
-the host and the field when the facts cannot be exported. Pure functions,
+the host and the field when the facts cannot be exported: Unexportable (a
+ValueError) when well-formed facts lack what the format needs (a GPU
+without a PCI bus id, index or NUMA node), its .reason saying so in a few
+words. host_exports(facts, host) writes both formats and says which one
+was not written for that reason, for export_topology.yml. Pure functions,
 standard library only.
 """
 
@@ -43,9 +47,34 @@ NVIDIA_GPU_CLASS = "0x030200"
 AMD_RENDER_MINOR_BASE = 128
 
 
-def _fail(host, field, rule, value):
+class Unexportable(ValueError):
+    """Well-formed facts that lack what a format needs; .reason says what
+    ("GPU 3 has no PCI bus id"), the message names the host and the field."""
+
+    def __init__(self, message, reason):
+        super().__init__(message)
+        self.reason = reason
+
+
+def _message(host, field, rule, value):
     where = "numa_topology." + field if field else "numa_topology"
-    raise ValueError("%s: %s: %s (got %s)" % (host, where, rule, show(value)))
+    return "%s: %s: %s (got %s)" % (host, where, rule, show(value))
+
+
+def _fail(host, field, rule, value):
+    raise ValueError(_message(host, field, rule, value))
+
+
+def _lack(host, field, rule, value, reason):
+    raise Unexportable(_message(host, field, rule, value), reason)
+
+
+def _gpu_name(gpu, position):
+    """A GPU as the skip lines name it: by index, else by id, else by position."""
+    index = gpu.get("index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return "GPU %d" % index
+    return "GPU %s" % gpu["id"] if gpu.get("id") else "GPU gpus[%d]" % position
 
 
 def _checked(facts, host):
@@ -98,13 +127,17 @@ def slurm_type(name):
 
 def _device_file(gpu, position, host):
     index = gpu.get("index")
+    if index is None:
+        _lack(host, "gpus[%d].index" % position, "must be known to name the GPU's device file", index,
+              "%s has no index (it names the device file)" % _gpu_name(gpu, position))
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         _fail(host, "gpus[%d].index" % position, "must be known to name the GPU's device file", index)
     if gpu.get("vendor") == "nvidia":
         return "/dev/nvidia%d" % index
     if gpu.get("vendor") == "amd":
         return "/dev/dri/renderD%d" % (AMD_RENDER_MINOR_BASE + index)
-    _fail(host, "gpus[%d].vendor" % position, "gres.conf lines are written for nvidia and amd GPUs", gpu.get("vendor"))
+    _lack(host, "gpus[%d].vendor" % position, "gres.conf lines are written for nvidia and amd GPUs", gpu.get("vendor"),
+          "%s is neither NVIDIA nor AMD (vendor %s)" % (_gpu_name(gpu, position), show(gpu.get("vendor"))))
 
 
 def _gpu_cores(gpu, position, nodes, cores, host, warnings):
@@ -204,7 +237,8 @@ def _sm(name):
 def _gpu_device(gpu, position, facts, host, warnings):
     busid = gpu.get("pci_bus_id")
     if not busid:
-        _fail(host, "gpus[%d].pci_bus_id" % position, "must be known: NCCL finds GPUs by bus id", busid)
+        _lack(host, "gpus[%d].pci_bus_id" % position, "must be known: NCCL finds GPUs by bus id", busid,
+              "%s has no PCI bus id" % _gpu_name(gpu, position))
     pci_class = gpu.get("pci_class")
     if not pci_class and gpu.get("vendor") == "nvidia":
         # Every NVIDIA GPU is a display-class device (0x0300 VGA, 0x0302 3D), all NCCL asks of the class.
@@ -213,7 +247,8 @@ def _gpu_device(gpu, position, facts, host, warnings):
         if line not in warnings:
             warnings.append(line)
     if not pci_class:
-        _fail(host, "gpus[%d].pci_class" % position, "must be known: NCCL tells GPUs from bridges by it", pci_class)
+        _lack(host, "gpus[%d].pci_class" % position, "must be known: NCCL tells GPUs from bridges by it", pci_class,
+              "%s has no PCI class" % _gpu_name(gpu, position))
     pci = ET.Element("pci", _pci_attrs(busid, pci_class, gpu.get("pcie")))
     element = ET.SubElement(pci, "gpu")
     if gpu.get("vendor") == "nvidia" and _sm(gpu.get("name")):
@@ -230,7 +265,8 @@ def _gpu_device(gpu, position, facts, host, warnings):
 
 def _nic_device(nic, position, host):
     if nic.get("pci_class") is None:
-        _fail(host, "nics[%d].pci_class" % position, "must be known for a NIC with a bus id", None)
+        _lack(host, "nics[%d].pci_class" % position, "must be known for a NIC with a bus id", None,
+              "NIC %s has no PCI class" % (nic.get("id") or "nics[%d]" % position))
     pci = ET.Element("pci", _pci_attrs(nic["pci_bus_id"], nic["pci_class"], nic.get("pcie")))
     card = ET.SubElement(pci, "nic")
     for name in _net_names(nic):
@@ -250,7 +286,10 @@ def _devices(facts, host, warnings):
     for position, gpu in enumerate(facts.get("gpus") or []):
         if not isinstance(gpu, dict):
             _fail(host, "gpus[%d]" % position, "must be a dict", gpu)
-        if not isinstance(gpu.get("numa_node"), int):
+        if gpu.get("numa_node") is None:
+            _lack(host, "gpus[%d].numa_node" % position, "must be known: NCCL places a GPU under its CPU", None,
+                  "%s has no known NUMA node" % _gpu_name(gpu, position))
+        if not isinstance(gpu.get("numa_node"), int) or isinstance(gpu.get("numa_node"), bool):
             _fail(host, "gpus[%d].numa_node" % position, "must be known: NCCL places a GPU under its CPU",
                   gpu.get("numa_node"))
         out.append((gpu["numa_node"], gpu.get("pci_bus_id"), _gpu_device(gpu, position, facts, host, warnings)))
@@ -302,8 +341,11 @@ def nccl_topology_xml(facts, host="host", cpu_arch=None, cpu_vendor=None):
     system = ET.Element("system", {"version": "1"})
     bridges = 0
     for node in sorted(set(d[0] for d in devices)):
-        if node not in nodes or not nodes[node]:
+        if node not in nodes:
             _fail(host, "numa_nodes", "must hold node %d with its CPUs (a device sits on it)" % node, sorted(nodes))
+        if not nodes[node]:
+            _lack(host, "numa_nodes", "must hold node %d with its CPUs (a device sits on it)" % node, sorted(nodes),
+                  "NUMA node %d, where a GPU or NIC sits, has no known CPUs" % node)
         cpu = ET.SubElement(system, "cpu", {"numaid": str(node), "affinity": _mask(nodes[node])})
         for key, value in (("arch", cpu_arch), ("vendor", cpu_vendor)):
             if value:
@@ -323,3 +365,26 @@ def nccl_topology_xml(facts, host="host", cpu_arch=None, cpu_vendor=None):
         _xml_comment(host))
     lines = [comment] + ["<!-- warning: %s -->" % _xml_comment(w) for w in warnings]
     return {"text": "\n".join(lines + [ET.tostring(system, encoding="unicode")]) + "\n", "warnings": warnings}
+
+
+# The formats export_topology.yml writes, by file suffix.
+FORMATS = (("gres.conf", gres_conf), ("nccl-topo.xml", nccl_topology_xml))
+
+
+def host_exports(facts, host="host"):
+    """Every format of one host: {"files": {suffix: text, or None when not
+    written}, "warnings": [...] of the files written, "skipped": ["<host>:
+    <suffix> not written: <reason>", ...]}. Facts that lack what one format
+    needs skip that format; facts that are not numa_facts facts raise
+    ValueError as the format functions do."""
+    out = {"files": {}, "warnings": [], "skipped": []}
+    for suffix, make in FORMATS:
+        try:
+            result = make(facts, host)
+        except Unexportable as exc:
+            out["files"][suffix] = None
+            out["skipped"].append("%s: %s not written: %s" % (host, suffix, exc.reason))
+            continue
+        out["files"][suffix] = result["text"]
+        out["warnings"].extend(result["warnings"])
+    return out

@@ -195,20 +195,80 @@ def test_gres_conf_gpu_without_numa_node_has_no_cores_and_a_warning():
     assert "# warning: gpu-a: GPU 0003:01:00.0" in result["text"]
 
 
-@pytest.mark.parametrize("change,function,field", [
-    (lambda f: f["gpus"][0].update(index=None), "gres_conf", "gpus[0].index"),
-    (lambda f: f["gpus"][0].update(vendor="intel"), "gres_conf", "gpus[0].vendor"),
-    (lambda f: f.update(schema_version=2), "gres_conf", "schema_version"),
-    (lambda f: f["smt_siblings"].append("x"), "gres_conf", "smt_siblings[8]"),
-    (lambda f: f["gpus"][0].update(pci_bus_id=None), "nccl_topology_xml", "gpus[0].pci_bus_id"),
-    (lambda f: f["gpus"][0].update(numa_node=None), "nccl_topology_xml", "gpus[0].numa_node"),
-    (lambda f: f["numa_nodes"][0].update(cpus="0-x"), "nccl_topology_xml", "numa_nodes[0].cpus"),
-])
-def test_export_unexportable_facts_fail_naming_host_and_field(change, function, field):
+# (change, function, field, reason): the facts lack what the format needs
+# (Unexportable, with its reason), or are not numa_facts facts (reason None).
+UNEXPORTABLE = [
+    (lambda f: f["gpus"][0].update(index=None), "gres_conf", "gpus[0].index",
+     "GPU 0002:01:00.0 has no index (it names the device file)"),
+    (lambda f: f["gpus"][0].update(index="0"), "gres_conf", "gpus[0].index", None),
+    (lambda f: f["gpus"][0].update(vendor="intel"), "gres_conf", "gpus[0].vendor",
+     "GPU 0 is neither NVIDIA nor AMD (vendor 'intel')"),
+    (lambda f: f.update(schema_version=2), "gres_conf", "schema_version", None),
+    (lambda f: f["smt_siblings"].append("x"), "gres_conf", "smt_siblings[8]", None),
+    (lambda f: f["gpus"][1].update(pci_bus_id=None), "nccl_topology_xml", "gpus[1].pci_bus_id",
+     "GPU 1 has no PCI bus id"),
+    (lambda f: f["gpus"][0].update(numa_node=None), "nccl_topology_xml", "gpus[0].numa_node",
+     "GPU 0 has no known NUMA node"),
+    (lambda f: f["gpus"][0].update(numa_node="0"), "nccl_topology_xml", "gpus[0].numa_node", None),
+    (lambda f: f["gpus"][0].update(vendor="amd", pci_class=None), "nccl_topology_xml", "gpus[0].pci_class",
+     "GPU 0 has no PCI class"),
+    (lambda f: f["numa_nodes"][0].update(cpus=""), "nccl_topology_xml", "numa_nodes",
+     "NUMA node 0, where a GPU or NIC sits, has no known CPUs"),
+    (lambda f: f["numa_nodes"].pop(0), "nccl_topology_xml", "numa_nodes", None),
+    (lambda f: f["numa_nodes"][0].update(cpus="0-x"), "nccl_topology_xml", "numa_nodes[0].cpus", None),
+]
+
+
+@pytest.mark.parametrize("change,function,field,reason", UNEXPORTABLE)
+def test_export_unexportable_facts_fail_naming_host_and_field(change, function, field, reason):
     facts = _facts("power8_minsky_p100")
     change(facts)
-    with pytest.raises(ValueError, match=r"^gpu-a: numa_topology\.%s" % field.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ValueError, match=r"^gpu-a: numa_topology\.%s" % field.replace("[", r"\[").replace("]", r"\]")) as caught:
         getattr(topology_export, function)(facts, "gpu-a")
+    assert isinstance(caught.value, topology_export.Unexportable) == (reason is not None)
+    assert getattr(caught.value, "reason", None) == reason
+
+
+@pytest.mark.parametrize("change,function,field,reason", UNEXPORTABLE)
+def test_host_exports_skips_the_format_the_facts_lack_and_writes_the_other(change, function, field, reason):
+    facts = _facts("power8_minsky_p100")
+    change(facts)
+    if reason is None:
+        with pytest.raises(ValueError, match=r"^gpu-a: numa_topology") as caught:
+            topology_export.host_exports(facts, "gpu-a")
+        assert not isinstance(caught.value, topology_export.Unexportable)
+        return
+    result = topology_export.host_exports(facts, "gpu-a")
+    skipped = "gres.conf" if function == "gres_conf" else "nccl-topo.xml"
+    written = "nccl-topo.xml" if function == "gres_conf" else "gres.conf"
+    assert result["skipped"] == ["gpu-a: %s not written: %s" % (skipped, reason)]
+    assert result["files"][skipped] is None
+    make = topology_export.nccl_topology_xml if function == "gres_conf" else topology_export.gres_conf
+    assert result["files"][written] == make(facts, "gpu-a")["text"]
+
+
+@pytest.mark.parametrize("machine,skipped", [
+    # nvidia-smi pastes: no bus ids
+    ("h100_sxm_8gpu_nvswitch", ["gpu-a: nccl-topo.xml not written: GPU 0 has no PCI bus id"]),
+    ("rtxa6000_8gpu_nvlink_pairs", ["gpu-a: nccl-topo.xml not written: GPU 0 has no PCI bus id"]),
+    # a paste whose NUMA column says N/A
+    ("rtx3090_2gpu_threadripper_numa_na", ["gpu-a: nccl-topo.xml not written: GPU 0 has no known NUMA node"]),
+    # sysfs without the ROCm index
+    ("amd_4gpu_pcie_4numa", ["gpu-a: gres.conf not written: GPU 0000:03:00.0 has no index (it names the device file)"]),
+    ("mi300x_8gpu_xgmi", []),
+])
+def test_host_exports_of_recorded_machines(machine, skipped):
+    """Recorded hosts that lack a bus id, a NUMA node or an index: the file
+    that needs it is skipped with one line, the other is written."""
+    facts = _facts(machine)
+    result = topology_export.host_exports(facts, "gpu-a")
+    assert result["skipped"] == skipped
+    assert sorted(result["files"]) == ["gres.conf", "nccl-topo.xml"]
+    for kind, make in (("gres.conf", topology_export.gres_conf), ("nccl-topo.xml", topology_export.nccl_topology_xml)):
+        if any(" %s not written" % kind in line for line in skipped):
+            assert result["files"][kind] is None
+        else:
+            assert result["files"][kind] == make(facts, "gpu-a")["text"]
 
 
 def test_nccl_xml_hostile_names_are_escaped():
