@@ -13,6 +13,7 @@ controller only.
 from __future__ import annotations
 
 import html
+import math
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_text import instance_state_text
 
@@ -30,13 +31,33 @@ LINK_STYLES = {
 }
 MISPLACED = "#c62828"
 
+# The smallest boxes; a box grows to hold its label.
 GPU_W, GPU_H, GAP = 58, 42, 8
 CHIP_W, CHIP_H = 140, 22
 CHIP_GAP = 40  # room between a process chip and the GPU row for its lines
 NIC_W, NIC_H = 66, 18
 PAD = 10
-HEADER_H = 34
+HEADER_H = 40  # a NUMA node's name and its CPUs
+INST_H = 14    # the planned instance's name above a GPU
 NODE_MIN_W = 250
+UNBOUND_H = 16  # the "not bound to a node:" line above the chips of processes bound to no node
+
+# Font sizes (px) of the report's CSS (report_html._CSS) for each kind of text.
+FONT = {"socket-label": 12, "node-label": 12, "small": 11, "tiny": 9.5, "gpu": 11, "chip": 11}
+# Text extents, estimated without a font: a conservative advance per
+# character in em (system-ui sans, bold included, is narrower: digits
+# about 0.56, lower case less), any other character as wide as a symbol.
+CHAR_EM, WIDE_EM = 0.62, 1.1
+TEXT_PAD = 6  # between a label and the edge of its box
+
+
+def _px(value):
+    return int(math.ceil(value))
+
+
+def text_width(text, size):
+    """The width, in px, reserved for TEXT at font SIZE."""
+    return size * sum(CHAR_EM if ord(c) < 128 else WIDE_EM for c in text)
 
 
 def escape(value):
@@ -120,18 +141,35 @@ class _Layout(object):
         chips = [g for g in self.groups if self.chip_node.get(g["key"]) == nid] if nid is not None else []
         return gpus, nics, chips
 
+    def _measure(self):
+        """Each label's text, and the box widths (whole px) that hold them."""
+        self.gpu_w = max([GPU_W] + [_px(2 * TEXT_PAD + text_width(t, FONT["gpu"] if i == 0 else FONT["tiny"]))
+                                    for g in self.gpus for i, t in enumerate(gpu_labels(g))])
+        self.inst_label = {}
+        for gpu in self.gpus:
+            inst = self.planned.get(gpu.get("pci_bus_id")) or self.planned.get(gpu["id"])
+            if inst:
+                self.inst_label[gpu["id"]] = str(inst["name"])
+        inst_w = max([0] + [_px(2 * 2 + text_width(t, FONT["tiny"])) for t in self.inst_label.values()])
+        self.gpu_step = max(self.gpu_w, inst_w) + GAP
+        self.nic_w = dict((n["id"], max(NIC_W, _px(2 * 4 + text_width(nic_label(n), FONT["tiny"])))) for n in self.nics)
+        self.chip_w = dict((g["key"], max(CHIP_W, _px(2 * 9 + text_width(chip_label(g), FONT["chip"]))))
+                           for g in self.groups)
+
     def _place(self):
+        self._measure()
         self.pos = {}       # gpu id -> (x, y)
         self.nic_pos = {}
         self.chip_pos = {}
-        self.boxes = []     # (kind, x, y, w, h, label lines)
+        self.boxes = []     # (kind, x, y, w, h, key)
         x = PAD
-        top = PAD + (CHIP_H + 2 * PAD if self.unbound else 0)
+        top = PAD + (UNBOUND_H + CHIP_H + PAD if self.unbound else 0)
         node_h = 0
         for dummy_key, nids in self.sockets:
             for nid in nids:
                 gpus, nics, chips = self._node_items(nid)
-                rows = HEADER_H + (NIC_H + GAP if nics else 0) + (CHIP_H + CHIP_GAP if chips else 0) + GPU_H + PAD
+                rows = HEADER_H + (NIC_H + GAP if nics else 0) + (CHIP_H + CHIP_GAP if chips else 0) + (
+                    INST_H if self.inst_label else 0) + GPU_H + PAD
                 node_h = max(node_h, rows)
         socket_h = node_h + 2 * PAD + 18
         for key, nids in self.sockets:
@@ -139,29 +177,77 @@ class _Layout(object):
             x += PAD
             for nid in nids:
                 gpus, nics, chips = self._node_items(nid)
-                width = max(NODE_MIN_W, len(gpus) * (GPU_W + GAP) + GAP, len(chips) * (CHIP_W + GAP) + GAP,
-                            len(nics) * (NIC_W + GAP) + GAP)
+                title, detail = node_labels(nid, self.nodes.get(nid) or {})
+                width = max(NODE_MIN_W, _px(2 * TEXT_PAD + text_width(title, FONT["node-label"])),
+                            _px(2 * TEXT_PAD + text_width(detail, FONT["small"])),
+                            len(gpus) * self.gpu_step + GAP, sum(self.chip_w[g["key"]] + GAP for g in chips) + GAP,
+                            sum(self.nic_w[n["id"]] + GAP for n in nics) + GAP)
                 ny = top + 18 + PAD
                 self.boxes.append(("node", x, ny, width, node_h, nid))
                 row = ny + HEADER_H
                 if nics:
-                    for i, nic in enumerate(nics):
-                        self.nic_pos[nic["id"]] = (x + GAP + i * (NIC_W + GAP), row)
+                    nx = x + GAP
+                    for nic in nics:
+                        self.nic_pos[nic["id"]] = (nx, row)
+                        nx += self.nic_w[nic["id"]] + GAP
                     row += NIC_H + GAP
                 if chips:
-                    for i, group in enumerate(chips):
-                        self.chip_pos[group["key"]] = (x + GAP + i * (CHIP_W + GAP), row + GAP)
+                    cx = x + GAP
+                    for group in chips:
+                        self.chip_pos[group["key"]] = (cx, row + GAP)
+                        cx += self.chip_w[group["key"]] + GAP
                 gy = ny + node_h - PAD - GPU_H
                 for i, gpu in enumerate(gpus):
-                    self.pos[gpu["id"]] = (x + GAP + i * (GPU_W + GAP), gy)
+                    self.pos[gpu["id"]] = (x + GAP + i * self.gpu_step, gy)
                 x += width + PAD
+            x = max(x, sx + _px(2 * 8 + text_width(socket_label(key), FONT["socket-label"])))
             self.boxes.append(("socket", sx, top, x - sx, socket_h, key))
             x += PAD
-        self.width = max(x, 2 * PAD + len(self.unbound) * (CHIP_W + GAP))
-        for i, group in enumerate(self.unbound):
-            self.chip_pos[group["key"]] = (PAD + i * (CHIP_W + GAP), PAD)
+        ux = PAD
+        for group in self.unbound:
+            self.chip_pos[group["key"]] = (ux, PAD + UNBOUND_H)
+            ux += self.chip_w[group["key"]] + GAP
+        self.width = max(x, ux + PAD, _px(2 * PAD + text_width(UNBOUND_LABEL, FONT["small"])) if self.unbound else 0)
         self.links_top = top + socket_h + 6
         self.height = self.links_top
+
+
+UNBOUND_LABEL = "not bound to a node:"
+
+
+def socket_label(key):
+    """The label of a socket's box; a NUMA node's own box names the node."""
+    if key[0] == "socket":
+        return "socket %s" % key[1]
+    return "socket unknown" if key[0] == "node" else "NUMA node unknown"
+
+
+def node_labels(nid, node):
+    """(title, CPUs and memory) of a NUMA node's box."""
+    title = "NUMA node %s" % nid if nid is not None else "GPUs without a NUMA node"
+    cpus = node.get("cpus")
+    mem = node.get("memory_mb")
+    detail = "CPUs %s" % (cpus if cpus else ("none (memory only)" if cpus == "" else "unknown"))
+    if mem:
+        detail += " \u00b7 %d GiB" % round(mem / 1024.0)
+    return title, detail
+
+
+def gpu_labels(gpu):
+    """(index, bus id) written in a GPU's box."""
+    return ("GPU %s" % gpu["index"] if gpu.get("index") is not None else "GPU"), _short_bus(gpu)
+
+
+def nic_label(nic):
+    return "NIC " + str((nic.get("interfaces") or [nic["id"]])[0])
+
+
+def chip_label(group):
+    mark = "\u26a0 " if group.get("misplaced") else ""
+    label = "%s%s %s" % (mark, group["name"][:9], group["leader"])
+    if len(group["pids"]) > 1:
+        label += " +%d" % (len(group["pids"]) - 1)
+    return label
 
 
 def _fabric(topo, gpus):
@@ -202,11 +288,11 @@ def host_svg(result):
     coloured by process group, links by class, NICs, processes where their
     memory and CPUs are (misplaced ones in red, with lines to their GPUs)."""
     layout = _Layout(result)
-    links, height = _svg_links(layout)
+    links, height, links_width = _svg_links(layout)
     body = _svg_boxes(layout) + _svg_gpus(layout)
     if layout.unbound:
-        body.append('<text x="%d" y="%d" class="small">not bound to a node:</text>' % (PAD, PAD - 1))
-    width = layout.width + PAD
+        body.append('<text x="%d" y="%d" class="small">%s</text>' % (PAD, PAD + 11, UNBOUND_LABEL))
+    width = int(math.ceil(max(layout.width, links_width))) + PAD
     return ('<svg xmlns="http://www.w3.org/2000/svg" class="host-diagram" viewBox="0 0 %d %d" width="%d" height="%d" '
             'role="img" aria-label="%s">%s%s%s</svg>' % (
                 width, height, width, height, escape("topology of %s" % result["host"]), "".join(body), "".join(links),
@@ -214,15 +300,18 @@ def host_svg(result):
 
 
 def _svg_links(layout):
-    """(SVG parts, diagram height): the links band below the sockets, arcs
-    by class, or one bar for a switch fabric that joins every GPU pair."""
+    """(SVG parts, diagram height, width its label needs): the links band
+    below the sockets, arcs by class, or one bar for a switch fabric that
+    joins every GPU pair."""
     fabric, drawn = _links_to_draw(layout)
     parts = []
     band = 0
+    width = 0
+    gpu_w = layout.gpu_w
     base = layout.links_top
     for a, b, cls, same in drawn:
-        ax = layout.pos[a][0] + GPU_W / 2.0
-        bx = layout.pos[b][0] + GPU_W / 2.0
+        ax = layout.pos[a][0] + gpu_w / 2.0
+        bx = layout.pos[b][0] + gpu_w / 2.0
         depth = min(24 + abs(bx - ax) * 0.18, 150)
         band = max(band, depth / 2.0 + 12)
         colour, width, dash = _link_style(cls) or ("#777", 1.0, "2 2")
@@ -235,38 +324,33 @@ def _svg_links(layout):
         xs = [layout.pos[g][0] for g in layout.pos]
         colour = _link_style(fabric)[0]
         parts.append('<rect x="%d" y="%d" width="%d" height="10" rx="4" fill="%s" opacity="0.85"><title>%s</title></rect>' % (
-            min(xs), base + 4, max(xs) + GPU_W - min(xs), colour, escape("every GPU pair: %s (switch fabric)" % fabric)))
-        parts.append('<text x="%d" y="%d" class="small">%s fabric: every GPU pair</text>' % (min(xs), base + 28, escape(fabric)))
+            min(xs), base + 4, max(xs) + gpu_w - min(xs), colour, escape("every GPU pair: %s (switch fabric)" % fabric)))
+        label = "%s fabric: every GPU pair" % fabric
+        parts.append('<text x="%d" y="%d" class="small">%s</text>' % (min(xs), base + 28, escape(label)))
         height = max(height, base + 36)
-    return parts, height
+        width = min(xs) + text_width(label, FONT["small"])
+    return parts, height, width
 
 
 def _svg_boxes(layout):
     """SVG parts: socket and NUMA node boxes with their labels, and NICs."""
     body = []
     for kind, x, y, w, h, key in [b for b in layout.boxes if b[0] == "socket"]:
-        label = "socket %s" % key[1] if key[0] == "socket" else (
-            "NUMA node %s (socket unknown)" % key[1] if key[0] == "node" else "NUMA node unknown")
+        label = socket_label(key)
         body.append('<rect class="socket" x="%d" y="%d" width="%d" height="%d" rx="8"/>' % (x, y, w, h))
         body.append('<text x="%d" y="%d" class="socket-label">%s</text>' % (x + 8, y + 15, escape(label)))
     for kind, x, y, w, h, nid in [b for b in layout.boxes if b[0] == "node"]:
-        node = layout.nodes.get(nid) or {}
+        title, detail = node_labels(nid, layout.nodes.get(nid) or {})
         body.append('<rect class="node" x="%d" y="%d" width="%d" height="%d" rx="6"/>' % (x, y, w, h))
-        title = "NUMA node %s" % nid if nid is not None else "GPUs without a NUMA node"
-        cpus = node.get("cpus")
-        mem = node.get("memory_mb")
-        detail = "CPUs %s" % (cpus if cpus else ("none (memory only)" if cpus == "" else "unknown"))
-        if mem:
-            detail += " \u00b7 %d GiB" % round(mem / 1024.0)
-        body.append('<text x="%d" y="%d" class="node-label">%s</text>' % (x + 6, y + 14, escape(title)))
-        body.append('<text x="%d" y="%d" class="small">%s</text>' % (x + 6, y + 28, escape(detail)))
+        body.append('<text x="%d" y="%d" class="node-label">%s</text>' % (x + TEXT_PAD, y + 14, escape(title)))
+        body.append('<text x="%d" y="%d" class="small">%s</text>' % (x + TEXT_PAD, y + 31, escape(detail)))
     for nic in layout.nics:
         if nic["id"] not in layout.nic_pos:
             continue
         x, y = layout.nic_pos[nic["id"]]
-        name = (nic.get("interfaces") or [nic["id"]])[0]
         body.append('<g class="nic"><rect x="%d" y="%d" width="%d" height="%d" rx="3"/><text x="%d" y="%d" class="tiny">%s</text>'
-                    '<title>%s</title></g>' % (x, y, NIC_W, NIC_H, x + 4, y + 12, escape("NIC " + name[:9]),
+                    '<title>%s</title></g>' % (x, y, layout.nic_w[nic["id"]], NIC_H, x + 4, y + 12,
+                                               escape(nic_label(nic)),
                                                escape("NIC %s %s" % (nic["id"], ", ".join(nic.get("interfaces") or [])))))
     return body
 
@@ -284,7 +368,7 @@ def _svg_gpus(layout):
         fill = layout.colour[group["key"]] if group else "#eceff1"
         stroke = MISPLACED if group and group.get("misplaced") else ("#37474f" if group else "#90a4ae")
         dash = ' stroke-dasharray="4 3"' if inst and not group else ""
-        index = "GPU %s" % gpu["index"] if gpu.get("index") is not None else "GPU"
+        index, bus = gpu_labels(gpu)
         tip = "%s %s %s" % (index, gpu.get("pci_bus_id") or gpu["id"], gpu.get("name") or "")
         if group:
             tip += "\nheld by %s (pids %s)" % (group["name"], ",".join(str(p) for p in group["pids"]))
@@ -294,10 +378,11 @@ def _svg_gpus(layout):
         body.append('<g class="gpu"><rect x="%d" y="%d" width="%d" height="%d" rx="4" fill="%s" stroke="%s" stroke-width="%s"%s/>'
                     '<text x="%d" y="%d" class="%s">%s</text><text x="%d" y="%d" class="tiny %s">%s</text>'
                     '<title>%s</title></g>' % (
-                        x, y, GPU_W, GPU_H, fill, stroke, 3 if group and group.get("misplaced") else 1.2, dash,
-                        x + 5, y + 16, text_class, escape(index), x + 5, y + 30, text_class, escape(_short_bus(gpu)), escape(tip)))
-        if inst:
-            body.append('<text x="%d" y="%d" class="tiny inst">%s</text>' % (x + 2, y - 3, escape(inst["name"])))
+                        x, y, layout.gpu_w, GPU_H, fill, stroke, 3 if group and group.get("misplaced") else 1.2, dash,
+                        x + TEXT_PAD, y + 16, text_class, escape(index), x + TEXT_PAD, y + 30, text_class, escape(bus),
+                        escape(tip)))
+        if gpu["id"] in layout.inst_label:
+            body.append('<text x="%d" y="%d" class="tiny inst">%s</text>' % (x + 2, y - 4, escape(layout.inst_label[gpu["id"]])))
     return body
 
 
@@ -309,6 +394,7 @@ def _svg_chips(layout):
         if group["key"] not in layout.chip_pos:
             continue
         cx, cy = layout.chip_pos[group["key"]]
+        chip_w = layout.chip_w[group["key"]]
         colour = layout.colour[group["key"]]
         home = layout.chip_node.get(group["key"])
         for gid in group.get("gpu_ids") or []:
@@ -320,12 +406,9 @@ def _svg_chips(layout):
             far = home is not None and gpu_node != home
             stroke = MISPLACED if far else ("#78909c" if home is None else colour)
             overlay.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%s"%s opacity="0.9"/>' % (
-                cx + CHIP_W / 2.0, cy + CHIP_H, gx + GPU_W / 2.0, gy, stroke,
+                cx + chip_w / 2.0, cy + CHIP_H, gx + layout.gpu_w / 2.0, gy, stroke,
                 2.2 if far else 1.4, ' stroke-dasharray="5 3"' if far or home is None else ""))
-        mark = "\u26a0 " if group.get("misplaced") else ""
-        label = "%s%s %s" % (mark, group["name"][:9], group["leader"])
-        if len(group["pids"]) > 1:
-            label += " +%d" % (len(group["pids"]) - 1)
+        label = chip_label(group)
         tip = "%s pids %s; GPUs %s; CPUs on nodes %s; memory mostly on node %s%s" % (
             group["name"], ",".join(str(p) for p in group["pids"]), ", ".join(group.get("gpus") or []),
             ",".join(str(n) for n in group.get("cpu_nodes") or []) or "?",
@@ -333,7 +416,7 @@ def _svg_chips(layout):
             "; instance %s" % group["instance"] if group.get("instance") else "")
         overlay.append('<g class="chip%s"><rect x="%d" y="%d" width="%d" height="%d" rx="11" fill="%s" stroke="%s" stroke-width="%s"/>'
                        '<text x="%d" y="%d" class="chip-text">%s</text><title>%s</title></g>' % (
-                           " misplaced" if group.get("misplaced") else "", cx, cy, CHIP_W, CHIP_H, colour,
+                           " misplaced" if group.get("misplaced") else "", cx, cy, chip_w, CHIP_H, colour,
                            MISPLACED if group.get("misplaced") else "#37474f", 3 if group.get("misplaced") else 1,
                            cx + 9, cy + 15, escape(label), escape(tip)))
     return overlay
