@@ -59,7 +59,8 @@ def trap_files(tmp_path):
     plan_path.write_text(json.dumps({"options": {"tp_size": 4}, "plan": placement.plan_fleet({"gpu-a": facts}, tp_size=4)}))
     inventory = tmp_path / "hosts.yml"
     # 192.0.2.1 is TEST-NET-1: the replay must not contact it
-    inventory.write_text("all:\n  hosts:\n    gpu-a:\n      ansible_host: 192.0.2.1\n      numa_capture: %s\n" % capture_path)
+    inventory.write_text("all:\n  children:\n    gpu_servers:\n      hosts:\n        gpu-a:\n          ansible_host: 192.0.2.1\n"
+                         "          numa_capture: %s\n" % capture_path)
     return inventory, plan_path, capture_path
 
 

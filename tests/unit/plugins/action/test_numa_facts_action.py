@@ -33,8 +33,8 @@ def test_audit_playbook_replays_numa_capture_without_contacting_host(tmp_path):
     # reach the host would fail the play.
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
-        "all:\n  hosts:\n    gpu-unreachable:\n      ansible_host: 192.0.2.1\n"
-        "      ansible_connection: ssh\n      numa_capture: %s\n" % FIXTURE)
+        "all:\n  children:\n    gpu_servers:\n      hosts:\n        gpu-unreachable:\n          ansible_host: 192.0.2.1\n"
+        "          ansible_connection: ssh\n          numa_capture: %s\n" % FIXTURE)
     rc, out = playbook(os.path.join(REPO, "playbooks", "audit_topology.yml"), inventory, REPO)
     assert rc == 0, out
     assert "rtx4090-8gpu: 2 NUMA node(s), 0 socket(s), 8 GPU(s); sources: nvidia-smi, capture" in out
