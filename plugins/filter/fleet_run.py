@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Filters that make and advance a deploy run (docs/deploy.md, "One run"):
 run_proposed, run_loaded, run_refused, run_host, run_converged, run_removed,
-run_routed, run_configured, run_plan_lines and run_report. Each reads what Ansible holds
+run_routed, run_configured, run_plan_lines, run_report and
+unplannable_messages. Each reads what Ansible holds
 (hostvars, the play's hosts) into plain values and makes one call into
 module_utils/fleet/ (plan.py, run.py).
 """
@@ -120,6 +121,10 @@ def _plan_lines(run, run_tags, skip_tags):
     return fleet_run.plan_lines(_run(run), host_list("run_tags", run_tags), host_list("skip_tags", skip_tags))
 
 
+def _unplannable(run):
+    return fleet_run.unplannable_messages(_run(run))
+
+
 def _configured(run):
     return fleet_run.gateway_configured(_run(run))
 
@@ -143,6 +148,8 @@ FILTERS = {
     "run_plan_lines": _plan_lines,
     # run | run_report(ansible_play_hosts_all, failed hosts, finish)
     "run_report": _report,
+    # run | unplannable_messages: host -> why the run fails for it (its own failure, at the end)
+    "unplannable_messages": _unplannable,
 }
 
 

@@ -205,6 +205,15 @@ def plan_lines(run, run_tags, skip_tags):
     return [head] + plan_table.plan_table(plan) + plan_table.plan_warning_lines(plan)
 
 
+def unplannable_messages(run):
+    """host -> why the run fails for it at its end, for each host that could
+    not be planned or that the host preflight refused: each is failed on its
+    own (the recap says failed of that host, never of another), and only one
+    that the record holds instances of is said to keep them."""
+    return dict((host, "could not be planned: %s" % plan_report.unplannable_phrase(run["record"], host, why))
+                for host, why in sorted(run["unplannable"].items()))
+
+
 def report(run, play_hosts, failed, finish):
     """The end-of-run lines (plan/report.run_report): PLAY_HOSTS the report
     play's hosts (the hosts in the run when the planning play did not run),

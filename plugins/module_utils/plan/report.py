@@ -100,26 +100,34 @@ def run_report(before, after, context):
                          "no longer routes it, but its units may still run" % (
                              host, "failed or unreachable" if host in failed else "not in the inventory or the run"))
         elif host in unplannable:
-            why = str(unplannable[host])
-            why = why[len("host %s: " % host):] if why.startswith("host %s: " % host) else why
-            lines.append("unplannable: %s: %s; it keeps %s" % (host, why, _kept_phrase(after, host)))
+            lines.append("unplannable: %s: %s" % (host, unplannable_phrase(after, host, unplannable[host])))
         elif host in failed:
-            lines.append("failed: %s: not deployed (its errors are above); it keeps %s" % (
-                host, _kept_phrase(after, host)))
+            lines.append("failed: %s: not deployed (its errors are above); %s" % (host, _kept_phrase(after, host)))
         elif host not in in_run:
-            lines.append("kept: %s: not in this run (--limit); it keeps %s" % (host, _kept_phrase(after, host)))
+            lines.append("kept: %s: not in this run (--limit); %s" % (host, _kept_phrase(after, host)))
         else:
-            lines.append("kept: %s: not deployed in this run (--tags, or nothing to plan); it keeps %s" % (
+            lines.append("kept: %s: not deployed in this run (--tags, or nothing to plan); %s" % (
                 host, _kept_phrase(after, host)))
     lines.extend(_gateway_lines(before, after, context))
     return lines
 
 
 def _kept_phrase(record, host):
+    """What a host that was not deployed keeps: "it keeps its recorded
+    instances vllm-0 :8000, ..." only when the record holds some of it."""
     names = sorted(_by_name(record, host).values(), key=lambda i: i.get("ordinal", 0))
     if not names:
-        return "no instances"
-    return "its recorded instances %s" % ", ".join("%s :%s" % (i["name"], i.get("port")) for i in names)
+        return "it has no recorded instances: nothing was deployed on it"
+    return "it keeps its recorded instances %s" % ", ".join("%s :%s" % (i["name"], i.get("port")) for i in names)
+
+
+def unplannable_phrase(record, host, why):
+    """Why HOST could not be planned (or the host preflight refused it),
+    without the "host HOST: " the planner's messages start with, and what it
+    keeps (RECORD: the kept plan at the end of the run)."""
+    why = str(why)
+    why = why[len("host %s: " % host):] if why.startswith("host %s: " % host) else why
+    return "%s; %s" % (why, _kept_phrase(record, host))
 
 
 def _route_lines(plan, fleet, verb):

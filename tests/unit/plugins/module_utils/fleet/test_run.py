@@ -121,6 +121,22 @@ def test_refused_hosts_join_the_unplannable_and_the_gateway_routes_the_record(fa
     assert fleet_run.routed(first, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})["gateway"] is None
 
 
+def test_each_unplannable_host_has_its_own_message_and_keeps_only_what_is_recorded(facts):
+    """The end of the run fails each host that could not be planned with its
+    own message (the recap says failed of that host); only a host the record
+    holds instances of is said to keep them."""
+    kept = deployed(facts)
+    run = fleet_run.refused(propose(facts, kept=kept, tp=2), {"rtx4090": "host rtx4090: numactl is missing"})
+    assert fleet_run.unplannable_messages(run) == {
+        "rtx4090": "could not be planned: numactl is missing; it keeps its recorded instances vllm-0 :8000, vllm-1 :8001"}
+    # a first run: nothing recorded of it, nothing kept
+    first = fleet_run.refused(propose(facts), {"rtx4090": "host rtx4090: numactl is missing"})
+    message = "could not be planned: numactl is missing; it has no recorded instances: nothing was deployed on it"
+    assert fleet_run.unplannable_messages(first) == {"rtx4090": message}
+    assert fleet_run.report(first, FLEET, [], "finish")[1] == "unplannable: rtx4090: " + message[len("could not be planned: "):]
+    assert fleet_run.unplannable_messages(propose(facts)) == {}
+
+
 def test_a_hosts_share_is_its_slice_and_whether_the_role_deploys_it(facts):
     run = fleet_run.refused(propose(facts, kept=deployed(facts), tp=2), {"rtx4090": "host rtx4090: refused"})
     h100, rtx = fleet_run.host_share(run, "h100"), fleet_run.host_share(run, "rtx4090")

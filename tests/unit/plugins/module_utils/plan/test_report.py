@@ -83,6 +83,15 @@ def test_failed_kept_removed_and_to_remove_hosts():
     assert lines[4] == "gateway routes llama: a-vllm-0 :8000, b-vllm-0 :8000"
 
 
+def test_a_host_the_record_holds_nothing_of_is_never_said_to_keep_instances():
+    lines = plan_report.run_report(None, BEFORE, context(fleet=["a", "b", "e", "f"], in_run=["a", "e", "f"],
+                                                         converged=["a", "b"], failed=["e"],
+                                                         unplannable={"f": "host f: tp_size 16 exceeds the 8 GPUs"}))
+    assert lines[2:4] == [
+        "failed: e: not deployed (its errors are above); it has no recorded instances: nothing was deployed on it",
+        "unplannable: f: tp_size 16 exceeds the 8 GPUs; it has no recorded instances: nothing was deployed on it"]
+
+
 def test_a_partial_run_names_what_the_gateway_lacks_and_still_sends_to():
     after = copy.deepcopy(BEFORE)
     after["instances"][1] = instance("a", 1, [2, 3], model="qwen")
