@@ -28,6 +28,8 @@ def _hostvars(name, value):
 
 def _run(value):
     value = plain(value)
+    if isinstance(value, dict) and value.get("errors") and "record" not in value:
+        raise ValueError("the run could not be planned: %s" % "; ".join(str(e) for e in value["errors"]))
     if not isinstance(value, dict) or "record" not in value or "slices" not in value:
         raise ValueError("the run must be what run_proposed or run_loaded made")
     return value
@@ -61,7 +63,7 @@ def _role_output(hostvars, batch, name):
     return out
 
 
-def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run):
+def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run, api_keys=None):
     hostvars = _hostvars("input", hostvars)
     hosts = sorted(host_list("hosts", hosts))
     missing = [h for h in hosts if h not in hostvars]
@@ -71,6 +73,11 @@ def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run):
     facts = dict((h, plain(contract.facts_view(h, hostvars[h]))) for h in hosts)
     context = {"fleet": host_list("fleet", fleet), "gateways": host_list("gateways", gateways),
                "inventory": [str(h) for h in hostvars.keys()], "in_run": host_list("in_run", in_run)}
+    if api_keys is not None:
+        api_keys = plain(api_keys)
+        if not isinstance(api_keys, dict):
+            raise ValueError("api_keys must map host -> vllm_api_key")
+        context["api_keys"] = api_keys
     return fleet_plan.propose(hostvars, facts, _kept(kept), str(plan_file), hosts, context)
 
 
@@ -130,7 +137,8 @@ def _configured(run):
 
 
 FILTERS = {
-    # hostvars | run_proposed(hosts, kept, plan_file, fleet, gateways, in_run)
+    # hostvars | run_proposed(hosts, kept, plan_file, fleet, gateways, in_run, api_keys=...): the run, or
+    # {errors} for a fleet that cannot be planned
     "run_proposed": _proposed,
     # hostvars | run_loaded(kept, plan_file, deployable, fleet, gateways)
     "run_loaded": _loaded,

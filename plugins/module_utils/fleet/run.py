@@ -34,6 +34,9 @@ The run:
   gateway        {backends} from the record once the GPU hosts
                  were recorded, or None
   gateway_configured   whether the gateway play ran
+  errors         what stops the run before anything changes, fleet-wide
+                 (empty but for a fleet that cannot be planned: stopped()),
+                 said once by the planning play
 Pure functions over plain dicts; each returns a new run.
 """
 
@@ -91,25 +94,46 @@ def _start(record, proposal, summary, unplannable, fleet, gateways, node_address
         "converged": [], "removed": [],
         "slices": _slices(fleet, record, proposal, node_addresses, drain_servers),
         "proposed_backends": None, "gateway": None, "gateway_configured": False,
-        "fleet": list(fleet), "gateways": list(gateways),
+        "fleet": list(fleet), "gateways": list(gateways), "errors": [],
     }
 
 
-def proposed(record, merge, in_run, fleet, gateways, addresses, node_addresses, inventory):
+def stopped(errors):
+    """The run of a fleet that cannot be planned: ERRORS, fleet-wide (a kept
+    plan that does not read, one served name for two models, hosts of one
+    model with different keys, a plan with no instance), each one message.
+    Nothing else is in it: the planning play fails once, naming them, before
+    anything changes (a filter raising in a task's arguments would bury the
+    message in ansible-core's own)."""
+    return {"errors": ["The fleet cannot be planned; nothing was deployed: %s" % error for error in errors]}
+
+
+def proposed(record, merge, in_run, fleet, gateways, addresses, node_addresses, inventory, api_keys=None):
     """The run after the planning play: MERGE is artifact.merge_plans's result
     (the proposal and what it does per host), RECORD the kept plan, IN_RUN
     the GPU hosts of the planning play, ADDRESSES host -> vllm_listen_host,
     NODE_ADDRESSES host -> the address multi-node partners reach it at,
     INVENTORY every host the inventory has (a leaving host it lacks cannot
-    be reached and stays recorded as "to remove")."""
+    be reached and stays recorded as "to remove"), API_KEYS host -> its
+    vllm_api_key (None: not checked). A plan with no instance is a ValueError."""
+    unplannable = merge.get("unplannable") or {}
+    if not merge["plan"]["instances"]:
+        reasons = []
+        for reason in [u.get("reason") for u in merge["plan"].get("unused") or ()] + list(unplannable.values()):
+            if reason and str(reason) not in reasons:
+                reasons.append(str(reason))
+        raise ValueError("the plan has no instance: %s" % ("; ".join(reasons) or "no host to plan"))
     leaving = [h for h in plan_record.to_remove(record, fleet, gateways) if h in set(inventory)]
     summary = dict((key, list(merge.get(key, []))) for key in NO_SUMMARY)
-    run = _start(record, merge["plan"], summary, merge.get("unplannable") or {}, fleet, gateways,
+    run = _start(record, merge["plan"], summary, unplannable, fleet, gateways,
                  node_addresses, in_run, leaving)
     if gateways:
         # Before anything changes: every instance has an address and a served
-        # name, and no served name stands for two models.
+        # name, no served name stands for two models, and every host of one
+        # model has the same key (the gateway sends one per model).
         run["proposed_backends"] = gateway_view.gateway_backends(merge["plan"], addresses)
+        if api_keys is not None:
+            gateway_view.gateway_api_keys(merge["plan"], api_keys)
     return run
 
 
