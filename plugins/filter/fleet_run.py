@@ -93,8 +93,15 @@ def _refused(run, refusals):
     return fleet_run.refused(_run(run), dict((str(h), str(v)) for h, v in refusals.items()))
 
 
-def _report(run, play_hosts, failed, finish):
-    return fleet_run.report(_run(run), host_list("play_hosts", play_hosts), host_list("failed", failed), str(finish))
+def _check_mode(value):
+    if not isinstance(value, bool):
+        raise ValueError("check_mode must be true or false (ansible_check_mode)")
+    return value
+
+
+def _report(run, play_hosts, failed, finish, check_mode=False):
+    return fleet_run.report(_run(run), host_list("play_hosts", play_hosts), host_list("failed", failed), str(finish),
+                            _check_mode(check_mode))
 
 
 def _converged(run, hostvars, batch):
@@ -124,8 +131,9 @@ def _routed(run, hostvars):
     return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), run["fleet"]))
 
 
-def _plan_lines(run, run_tags, skip_tags):
-    return fleet_run.plan_lines(_run(run), host_list("run_tags", run_tags), host_list("skip_tags", skip_tags))
+def _plan_lines(run, run_tags, skip_tags, check_mode=False):
+    return fleet_run.plan_lines(_run(run), host_list("run_tags", run_tags), host_list("skip_tags", skip_tags),
+                                _check_mode(check_mode))
 
 
 def _unplannable(run):
@@ -152,9 +160,9 @@ FILTERS = {
     # run | run_routed(hostvars): the gateway's backends from the record
     "run_routed": _routed,
     "run_configured": _configured,
-    # run | run_plan_lines(ansible_run_tags, ansible_skip_tags): the plan the end shows
+    # run | run_plan_lines(ansible_run_tags, ansible_skip_tags, check_mode=ansible_check_mode): the plan the end shows
     "run_plan_lines": _plan_lines,
-    # run | run_report(ansible_play_hosts_all, failed hosts, finish)
+    # run | run_report(ansible_play_hosts_all, failed hosts, finish, check_mode=ansible_check_mode)
     "run_report": _report,
     # run | unplannable_messages: host -> why the run fails for it (its own failure, at the end)
     "unplannable_messages": _unplannable,

@@ -216,14 +216,17 @@ def deploys(run_tags, skip_tags):
     return bool(tags & {"all", "vllm"}) and not skipped & {"all", "vllm"}
 
 
-def plan_lines(run, run_tags, skip_tags):
+def plan_lines(run, run_tags, skip_tags, check_mode=False):
     """The plan the end of a run prints, labelled, with its warnings: the
     record (what runs now), or, in a run that planned but does not deploy
     (--tags plan, with or without --check), the proposal: what this run
     would deploy, never recorded. A run that planned nothing (--tags vllm,
-    gateway, facts) shows the record."""
+    gateway, facts) shows the record; under --check (CHECK_MODE) the record
+    the run would write, which was not written."""
     if run["in_run"] is not None and not deploys(run_tags, skip_tags):
         head, plan = "proposal (not deployed, not recorded: what a run without --tags would deploy):", run["proposal"]
+    elif check_mode:
+        head, plan = "the record this run would write (check mode: not written, nothing deployed):", run["record"]
     else:
         head, plan = "recorded plan (what runs now):", run["record"]
     return [head] + plan_table.plan_table(plan) + plan_table.plan_warning_lines(plan)
@@ -238,14 +241,16 @@ def unplannable_messages(run):
                 for host, why in sorted(run["unplannable"].items()))
 
 
-def report(run, play_hosts, failed, finish):
+def report(run, play_hosts, failed, finish, check_mode=False):
     """The end-of-run lines (plan/report.run_report): PLAY_HOSTS the report
     play's hosts (the hosts in the run when the planning play did not run),
     FAILED the hosts that failed or were unreachable, FINISH the command
-    that completes a partial run."""
+    that completes a partial run, CHECK_MODE a --check run (the lines say
+    what it would do)."""
     in_run = run["in_run"] if run["in_run"] is not None else sorted(play_hosts)
     return plan_report.run_report(run["record_before"], run["record"], {
         "fleet": run["fleet"], "in_run": in_run, "failed": sorted(failed),
         "converged": run["converged"], "removed": run["removed"], "gateways": run["gateways"],
         "gateway_configured": run["gateway_configured"], "unplannable": run["unplannable"], "finish": finish,
+        "check_mode": bool(check_mode),
     })

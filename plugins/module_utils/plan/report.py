@@ -80,7 +80,9 @@ def run_report(before, after, context):
     recorded as deployed), removed (taken down and forgotten this run),
     gateways (the inventory's), gateway_configured (whether the gateway
     play ran on them), finish (the command that finishes a partial run),
-    unplannable (optional: host -> why it could not be planned).
+    unplannable (optional: host -> why it could not be planned),
+    check_mode (optional: a --check run, which deploys, records and removes
+    nothing: its lines say what the run would do, never that it did).
     """
     before = before or plan_record.empty_record()
     after = after or plan_record.empty_record()
@@ -88,10 +90,15 @@ def run_report(before, after, context):
     failed, converged = set(context["failed"]), set(context["converged"])
     in_run = set(context["in_run"])
     unplannable = context.get("unplannable") or {}
-    lines = []
+    check = bool(context.get("check_mode"))
+    lines = ["check mode: nothing was deployed, recorded or removed; this is what the run would do"] if check else []
     for host in sorted(set(fleet) | set(before["hosts"]) | set(after["hosts"])):
         if host in converged:
-            lines.append("deployed: %s: %s" % (host, "; ".join(host_changes(before, after, host))))
+            lines.append("%s: %s: %s" % ("would deploy" if check else "deployed", host,
+                                         "; ".join(host_changes(before, after, host))))
+        elif host in context["removed"] and check:
+            lines.append("would remove: %s: no longer in gpu_servers; its instances would be drained, stopped and "
+                         "their files removed" % host)
         elif host in context["removed"]:
             lines.append("removed: %s: no longer in gpu_servers; its instances were drained, stopped and "
                          "their files removed" % host)
@@ -152,6 +159,10 @@ def _unrouted_lines(before, after, fleet):
 def _gateway_lines(before, after, context):
     if not context["gateways"]:
         return ["gateway: none in the inventory"]
+    if context["gateway_configured"] and context.get("check_mode"):
+        return _route_lines(after, context["fleet"], "gateway would route") + [
+            line.replace(": no longer routed (", ": would no longer be routed (")
+            for line in _unrouted_lines(before, after, context["fleet"])]
     if context["gateway_configured"]:
         return _route_lines(after, context["fleet"], "gateway routes") + _unrouted_lines(before, after, context["fleet"])
     # The gateways kept the routes of the record they were last built from.

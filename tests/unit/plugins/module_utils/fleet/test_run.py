@@ -233,3 +233,13 @@ def test_a_fleet_that_cannot_be_planned_is_a_run_holding_only_its_errors(facts):
     with pytest.raises(ValueError, match="the run could not be planned: " + stop):
         fleet_run_filter._run(run)
 
+
+def test_a_check_run_shows_the_record_it_would_write(facts):
+    run = propose(facts)
+    run = fleet_run.converged(run, FLEET, runs(run, FLEET))
+    lines = fleet_run.plan_lines(run, ["all"], [], check_mode=True)
+    assert lines[0] == "the record this run would write (check mode: not written, nothing deployed):"
+    assert fleet_run.plan_lines(run, ["all"], [])[0] == "recorded plan (what runs now):"
+    report = fleet_run.report(fleet_run.gateway_configured(run), FLEET + ["lb"], [], "finish", check_mode=True)
+    assert report[0].startswith("check mode: ") and report[1].startswith("would deploy: h100: vllm-0 new")
+    assert report[-1].startswith("gateway would route ")
