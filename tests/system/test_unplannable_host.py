@@ -63,8 +63,8 @@ def test_one_unplannable_host_keeps_its_instances_while_the_others_deploy(fleet)
 def failed_in_recap(out):
     """host -> its failed= count in the PLAY RECAP."""
     recap = out[out.rindex("PLAY RECAP"):]
-    return dict((host, int(count)) for host, count in re.findall(r"(\S+) : ok=\d+ changed=\d+ unreachable=\d+ failed=(\d+)",
-                                                                   recap))
+    found = re.findall(r"(\S+) : ok=\d+ changed=\d+ unreachable=\d+ failed=(\d+)", recap)
+    return dict((host, int(count)) for host, count in found)
 
 
 def test_a_first_run_fails_the_unplannable_host_alone_and_says_it_has_nothing_recorded(tmp_path):
