@@ -3,7 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """Filters that make and advance a deploy run (docs/deploy.md, "One run"):
 run_proposed, run_loaded, run_refused, run_host, run_converged, run_removed,
-run_routed, run_configured, run_plan_lines and run_report. Each reads what Ansible holds
+run_routed, run_configured, run_plan_lines, run_report and
+unplannable_messages. Each reads what Ansible holds
 (hostvars, the play's hosts) into plain values and makes one call into
 module_utils/fleet/ (plan.py, run.py).
 """
@@ -27,6 +28,8 @@ def _hostvars(name, value):
 
 def _run(value):
     value = plain(value)
+    if isinstance(value, dict) and value.get("errors") and "record" not in value:
+        raise ValueError("the run could not be planned: %s" % "; ".join(str(e) for e in value["errors"]))
     if not isinstance(value, dict) or "record" not in value or "slices" not in value:
         raise ValueError("the run must be what run_proposed or run_loaded made")
     return value
@@ -60,7 +63,7 @@ def _role_output(hostvars, batch, name):
     return out
 
 
-def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run):
+def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run, api_keys=None):
     hostvars = _hostvars("input", hostvars)
     hosts = sorted(host_list("hosts", hosts))
     missing = [h for h in hosts if h not in hostvars]
@@ -70,6 +73,11 @@ def _proposed(hostvars, hosts, kept, plan_file, fleet, gateways, in_run):
     facts = dict((h, plain(contract.facts_view(h, hostvars[h]))) for h in hosts)
     context = {"fleet": host_list("fleet", fleet), "gateways": host_list("gateways", gateways),
                "inventory": [str(h) for h in hostvars.keys()], "in_run": host_list("in_run", in_run)}
+    if api_keys is not None:
+        api_keys = plain(api_keys)
+        if not isinstance(api_keys, dict):
+            raise ValueError("api_keys must map host -> vllm_api_key")
+        context["api_keys"] = api_keys
     return fleet_plan.propose(hostvars, facts, _kept(kept), str(plan_file), hosts, context)
 
 
@@ -85,8 +93,15 @@ def _refused(run, refusals):
     return fleet_run.refused(_run(run), dict((str(h), str(v)) for h, v in refusals.items()))
 
 
-def _report(run, play_hosts, failed, finish):
-    return fleet_run.report(_run(run), host_list("play_hosts", play_hosts), host_list("failed", failed), str(finish))
+def _check_mode(value):
+    if not isinstance(value, bool):
+        raise ValueError("check_mode must be true or false (ansible_check_mode)")
+    return value
+
+
+def _report(run, play_hosts, failed, finish, check_mode=False):
+    return fleet_run.report(_run(run), host_list("play_hosts", play_hosts), host_list("failed", failed), str(finish),
+                            _check_mode(check_mode))
 
 
 def _converged(run, hostvars, batch):
@@ -116,8 +131,13 @@ def _routed(run, hostvars):
     return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), run["fleet"]))
 
 
-def _plan_lines(run, run_tags, skip_tags):
-    return fleet_run.plan_lines(_run(run), host_list("run_tags", run_tags), host_list("skip_tags", skip_tags))
+def _plan_lines(run, run_tags, skip_tags, check_mode=False):
+    return fleet_run.plan_lines(_run(run), host_list("run_tags", run_tags), host_list("skip_tags", skip_tags),
+                                _check_mode(check_mode))
+
+
+def _unplannable(run):
+    return fleet_run.unplannable_messages(_run(run))
 
 
 def _configured(run):
@@ -125,7 +145,8 @@ def _configured(run):
 
 
 FILTERS = {
-    # hostvars | run_proposed(hosts, kept, plan_file, fleet, gateways, in_run)
+    # hostvars | run_proposed(hosts, kept, plan_file, fleet, gateways, in_run, api_keys=...): the run, or
+    # {errors} for a fleet that cannot be planned
     "run_proposed": _proposed,
     # hostvars | run_loaded(kept, plan_file, deployable, fleet, gateways)
     "run_loaded": _loaded,
@@ -139,10 +160,12 @@ FILTERS = {
     # run | run_routed(hostvars): the gateway's backends from the record
     "run_routed": _routed,
     "run_configured": _configured,
-    # run | run_plan_lines(ansible_run_tags, ansible_skip_tags): the plan the end shows
+    # run | run_plan_lines(ansible_run_tags, ansible_skip_tags, check_mode=ansible_check_mode): the plan the end shows
     "run_plan_lines": _plan_lines,
-    # run | run_report(ansible_play_hosts_all, failed hosts, finish)
+    # run | run_report(ansible_play_hosts_all, failed hosts, finish, check_mode=ansible_check_mode)
     "run_report": _report,
+    # run | unplannable_messages: host -> why the run fails for it (its own failure, at the end)
+    "unplannable_messages": _unplannable,
 }
 
 

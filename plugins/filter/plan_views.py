@@ -26,10 +26,12 @@ def plan_warning_lines(plan):
         raise AnsibleFilterError("gpufleet.numa.plan_warning_lines: %s" % exc)
 
 
-def record_diff_table(after, before):
-    """The kept record's change, per instance (under --diff)."""
+def record_diff_table(after, before, check_mode=False):
+    """The kept record's change, per instance (under --diff); under --check it says it is not written."""
+    if not isinstance(check_mode, bool):
+        raise AnsibleFilterError("gpufleet.numa.record_diff_table: check_mode must be true or false (ansible_check_mode)")
     try:
-        return table.record_diff_table(before, after)
+        return table.record_diff_table(before, after, check_mode)
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.record_diff_table: %s" % exc)
 

@@ -17,7 +17,8 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import in
 
 
 def variable_errors(hostvars, gpu_hosts, gateway_hosts=()):
-    """Every error of the fleet's variables, one string each ([] when none)."""
+    """Every error of the fleet's variables, one string each ([] when none);
+    one error of several hosts (a group's variable) is one string naming them."""
     if not hasattr(hostvars, "keys"):
         raise AnsibleFilterError("gpufleet.numa.variable_errors expects hostvars")
     errors = []
@@ -37,7 +38,7 @@ def variable_errors(hostvars, gpu_hosts, gateway_hosts=()):
         model = variables.get("vllm_model")
         if isinstance(model, str) and model in problems:
             errors.append("%s: vllm_model: %s" % (host, problems[model]))
-    return errors
+    return variable_check.grouped(errors, [str(h) for h in gpu_hosts or []], [str(h) for h in gateway_hosts or []])
 
 
 def listener_clashes(backends, hostvars, gateway_hosts=()):

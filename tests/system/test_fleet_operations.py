@@ -132,7 +132,7 @@ def test_partial_runs_tags_and_dead_hosts(fleet):
     # An unreachable server: the others deploy, it is listed at the end, and
     # the gateway keeps every reachable server's instances.
     out = deploy(fleet, hosts_file="with-dead.yml", rc=4)
-    assert "failed: dead-host: not deployed (its errors are above); it keeps no instances" in out
+    assert "failed: dead-host: not deployed (its errors are above); it has no recorded instances: nothing was deployed on it" in out
     assert "never planned (no instances yet): dead-host" in out
     assert len(backends(fleet)) == 8  # every reachable server at its own tp again
 

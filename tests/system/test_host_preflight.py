@@ -76,7 +76,7 @@ def test_deploy_refuses_a_host_that_cannot_bind_before_its_units_change(fleet):
     assert "refused by the host preflight (gpufleet_preflight: fail): cpuset_mems" in out
     # refused before the deploy play, failed at the end of the run
     assert out.index("refused, keeps its recorded instances") < out.index("Deploy one NUMA-bound vLLM unit")
-    assert out.index("Configure the load balancer") < out.rindex("could not be planned and keep")
+    assert out.index("Configure the load balancer") < out.rindex("could not be planned: refused by the host preflight")
 
     # warn: reported, deployed
     def warned(groups):

@@ -51,8 +51,31 @@ def test_one_unplannable_host_keeps_its_instances_while_the_others_deploy(fleet)
     assert any(name.startswith(RTX + "-") for name, _port in expected)
     assert "deployed: %s:" % A6000 in out and "deployed: %s:" % H100 in out
     assert re.search(r"unplannable: %s: tp_size 16 \S.*?; it keeps its recorded instances vllm-0 :8000" % RTX, out)
-    final = re.search(r"msg: '(1 host\(s\) could not be planned and keep their recorded instances: [^']*)'", out)
-    assert final, out[-3000:]
-    assert RTX in final.group(1) and H100 not in final.group(1) and A6000 not in final.group(1)
+    # the run fails at its end for the rtx4090 alone: its own recap line says failed, no other host's
+    assert re.search(r"fatal: \[%s\]: FAILED! => changed: false msg: 'could not be planned: tp_size 16 \S.*?; it keeps "
+                     r"its recorded instances vllm-0 :8000, vllm-1 :8001'" % RTX, out), out[-3000:]
+    assert out.count("FAILED!") == 1
+    assert failed_in_recap(out) == {RTX: 1, H100: 0, A6000: 0, "demo-gateway": 0}
     # the failure comes at the end: after the gateway play
-    assert out.index("Configure the load balancer") < out.index("could not be planned and keep")
+    assert out.index("Configure the load balancer") < out.index("could not be planned: tp_size 16")
+
+
+def failed_in_recap(out):
+    """host -> its failed= count in the PLAY RECAP."""
+    recap = out[out.rindex("PLAY RECAP"):]
+    found = re.findall(r"(\S+) : ok=\d+ changed=\d+ unreachable=\d+ failed=(\d+)", recap)
+    return dict((host, int(count)) for host, count in found)
+
+
+def test_a_first_run_fails_the_unplannable_host_alone_and_says_it_has_nothing_recorded(tmp_path):
+    """Before its first deploy the host has no recorded instances: it is not
+    said to keep any; the recap says failed of it, not of the first host."""
+    fresh = demo_copy(tmp_path)
+    out = run(fresh, write_inventory(fresh, "tp16.yml", host_vars({RTX: {"gpufleet_tp_size": 16}})), rc=2)
+    assert recorded(fresh, RTX) == [] and recorded(fresh, H100) and recorded(fresh, A6000)
+    assert re.search(r"unplannable: %s: tp_size 16 \S.*?; it has no recorded instances: nothing was deployed on it"
+                     % RTX, out)
+    assert re.search(r"fatal: \[%s\]: FAILED! => changed: false msg: 'could not be planned: tp_size 16 \S.*?; it has "
+                     r"no recorded instances: nothing was deployed on it'" % RTX, out), out[-3000:]
+    assert "keep their recorded instances" not in out and "keeps its recorded instances" not in out
+    assert failed_in_recap(out) == {RTX: 1, H100: 0, A6000: 0, "demo-gateway": 0}

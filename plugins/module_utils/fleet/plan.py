@@ -70,15 +70,21 @@ def propose(host_vars, facts, kept_text, plan_file, hosts, context):
     """The run after the planning play (fleet/run.py): HOSTS the GPU hosts
     planned again (those of the play whose topology was gathered), KEPT_TEXT
     the kept plan file's text (or a mapping), CONTEXT {fleet, gateways,
-    inventory, in_run} (gpu_servers, the gateways, every inventory host, the
-    planning play's hosts)."""
-    kept = artifact.load_artifact(kept_text, name=plan_file)
-    record = kept or plan_record.empty_record()
-    fresh = plan_by_host(host_vars, hosts, facts, kept)
-    merge = artifact.merge_plans(fresh, kept, hosts, context["fleet"])
-    addresses, node_addresses = listen_addresses(host_vars, context["fleet"])
-    return fleet_run.proposed(record, merge, context["in_run"], context["fleet"], context["gateways"],
-                              addresses, node_addresses, context["inventory"])
+    inventory, in_run, and optionally api_keys} (gpu_servers, the gateways,
+    every inventory host, the planning play's hosts, host -> vllm_api_key).
+    A fleet that cannot be planned (a kept plan that does not read, one
+    served name for two models, ...) is a run holding only its errors
+    (fleet_run.stopped): the playbook says them once, in its own words."""
+    try:
+        kept = artifact.load_artifact(kept_text, name=plan_file)
+        record = kept or plan_record.empty_record()
+        fresh = plan_by_host(host_vars, hosts, facts, kept)
+        merge = artifact.merge_plans(fresh, kept, hosts, context["fleet"])
+        addresses, node_addresses = listen_addresses(host_vars, context["fleet"])
+        return fleet_run.proposed(record, merge, context["in_run"], context["fleet"], context["gateways"],
+                                  addresses, node_addresses, context["inventory"], context.get("api_keys"))
+    except ValueError as exc:
+        return fleet_run.stopped([str(exc)])
 
 
 def load(host_vars, kept_text, plan_file, deployable, context):

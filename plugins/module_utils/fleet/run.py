@@ -34,6 +34,9 @@ The run:
   gateway        {backends} from the record once the GPU hosts
                  were recorded, or None
   gateway_configured   whether the gateway play ran
+  errors         what stops the run before anything changes, fleet-wide
+                 (empty but for a fleet that cannot be planned: stopped()),
+                 said once by the planning play
 Pure functions over plain dicts; each returns a new run.
 """
 
@@ -91,25 +94,46 @@ def _start(record, proposal, summary, unplannable, fleet, gateways, node_address
         "converged": [], "removed": [],
         "slices": _slices(fleet, record, proposal, node_addresses, drain_servers),
         "proposed_backends": None, "gateway": None, "gateway_configured": False,
-        "fleet": list(fleet), "gateways": list(gateways),
+        "fleet": list(fleet), "gateways": list(gateways), "errors": [],
     }
 
 
-def proposed(record, merge, in_run, fleet, gateways, addresses, node_addresses, inventory):
+def stopped(errors):
+    """The run of a fleet that cannot be planned: ERRORS, fleet-wide (a kept
+    plan that does not read, one served name for two models, hosts of one
+    model with different keys, a plan with no instance), each one message.
+    Nothing else is in it: the planning play fails once, naming them, before
+    anything changes (a filter raising in a task's arguments would bury the
+    message in ansible-core's own)."""
+    return {"errors": ["The fleet cannot be planned; nothing was deployed: %s" % error for error in errors]}
+
+
+def proposed(record, merge, in_run, fleet, gateways, addresses, node_addresses, inventory, api_keys=None):
     """The run after the planning play: MERGE is artifact.merge_plans's result
     (the proposal and what it does per host), RECORD the kept plan, IN_RUN
     the GPU hosts of the planning play, ADDRESSES host -> vllm_listen_host,
     NODE_ADDRESSES host -> the address multi-node partners reach it at,
     INVENTORY every host the inventory has (a leaving host it lacks cannot
-    be reached and stays recorded as "to remove")."""
+    be reached and stays recorded as "to remove"), API_KEYS host -> its
+    vllm_api_key (None: not checked). A plan with no instance is a ValueError."""
+    unplannable = merge.get("unplannable") or {}
+    if not merge["plan"]["instances"]:
+        reasons = []
+        for reason in [u.get("reason") for u in merge["plan"].get("unused") or ()] + list(unplannable.values()):
+            if reason and str(reason) not in reasons:
+                reasons.append(str(reason))
+        raise ValueError("the plan has no instance: %s" % ("; ".join(reasons) or "no host to plan"))
     leaving = [h for h in plan_record.to_remove(record, fleet, gateways) if h in set(inventory)]
     summary = dict((key, list(merge.get(key, []))) for key in NO_SUMMARY)
-    run = _start(record, merge["plan"], summary, merge.get("unplannable") or {}, fleet, gateways,
+    run = _start(record, merge["plan"], summary, unplannable, fleet, gateways,
                  node_addresses, in_run, leaving)
     if gateways:
         # Before anything changes: every instance has an address and a served
-        # name, and no served name stands for two models.
+        # name, no served name stands for two models, and every host of one
+        # model has the same key (the gateway sends one per model).
         run["proposed_backends"] = gateway_view.gateway_backends(merge["plan"], addresses)
+        if api_keys is not None:
+            gateway_view.gateway_api_keys(merge["plan"], api_keys)
     return run
 
 
@@ -192,27 +216,41 @@ def deploys(run_tags, skip_tags):
     return bool(tags & {"all", "vllm"}) and not skipped & {"all", "vllm"}
 
 
-def plan_lines(run, run_tags, skip_tags):
+def plan_lines(run, run_tags, skip_tags, check_mode=False):
     """The plan the end of a run prints, labelled, with its warnings: the
     record (what runs now), or, in a run that planned but does not deploy
     (--tags plan, with or without --check), the proposal: what this run
     would deploy, never recorded. A run that planned nothing (--tags vllm,
-    gateway, facts) shows the record."""
+    gateway, facts) shows the record; under --check (CHECK_MODE) the record
+    the run would write, which was not written."""
     if run["in_run"] is not None and not deploys(run_tags, skip_tags):
         head, plan = "proposal (not deployed, not recorded: what a run without --tags would deploy):", run["proposal"]
+    elif check_mode:
+        head, plan = "the record this run would write (check mode: not written, nothing deployed):", run["record"]
     else:
         head, plan = "recorded plan (what runs now):", run["record"]
     return [head] + plan_table.plan_table(plan) + plan_table.plan_warning_lines(plan)
 
 
-def report(run, play_hosts, failed, finish):
+def unplannable_messages(run):
+    """host -> why the run fails for it at its end, for each host that could
+    not be planned or that the host preflight refused: each is failed on its
+    own (the recap says failed of that host, never of another), and only one
+    that the record holds instances of is said to keep them."""
+    return dict((host, "could not be planned: %s" % plan_report.unplannable_phrase(run["record"], host, why))
+                for host, why in sorted(run["unplannable"].items()))
+
+
+def report(run, play_hosts, failed, finish, check_mode=False):
     """The end-of-run lines (plan/report.run_report): PLAY_HOSTS the report
     play's hosts (the hosts in the run when the planning play did not run),
     FAILED the hosts that failed or were unreachable, FINISH the command
-    that completes a partial run."""
+    that completes a partial run, CHECK_MODE a --check run (the lines say
+    what it would do)."""
     in_run = run["in_run"] if run["in_run"] is not None else sorted(play_hosts)
     return plan_report.run_report(run["record_before"], run["record"], {
         "fleet": run["fleet"], "in_run": in_run, "failed": sorted(failed),
         "converged": run["converged"], "removed": run["removed"], "gateways": run["gateways"],
         "gateway_configured": run["gateway_configured"], "unplannable": run["unplannable"], "finish": finish,
+        "check_mode": bool(check_mode),
     })

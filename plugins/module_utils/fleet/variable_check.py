@@ -308,6 +308,39 @@ def check_fleet(gpu_hosts, gateways, spec_names, vllm_defaults, gateway_defaults
     return errors
 
 
+# At most this many hosts are named in one line of grouped(); the rest are counted.
+NAMED_HOSTS = 8
+
+
+def _hosts_phrase(hosts, gpu_hosts, gateways):
+    if len(hosts) > 1 and set(hosts) == set(gpu_hosts) | set(gateways) and gateways:
+        return "every GPU server and gateway (%d hosts)" % len(hosts)
+    if len(hosts) > 1 and set(hosts) == set(gpu_hosts):
+        return "every GPU server (%d hosts)" % len(hosts)
+    if len(hosts) > NAMED_HOSTS:
+        return "%s and %d more hosts" % (", ".join(hosts[:NAMED_HOSTS]), len(hosts) - NAMED_HOSTS)
+    return ", ".join(hosts)
+
+
+def grouped(errors, gpu_hosts, gateways=()):
+    """ERRORS ("HOST: MESSAGE", as check_fleet returns them), one line per
+    distinct MESSAGE naming its hosts: a value set once for a group (or the
+    whole inventory) is one error, said once, not once per host. A line
+    that names no host of GPU_HOSTS, GATEWAYS or localhost is kept as it is.
+    The first line of each message keeps its place."""
+    known = sorted(set(gpu_hosts) | set(gateways) | {"localhost"}, key=len, reverse=True)
+    order, hosts_of = [], {}
+    for error in errors:
+        host = next((h for h in known if error.startswith(h + ": ")), None)
+        message = error[len(host) + 2:] if host is not None else error
+        if message not in hosts_of:
+            order.append(message)
+            hosts_of[message] = []
+        if host is not None and host not in hosts_of[message]:
+            hosts_of[message].append(host)
+    return ["%s: %s" % (_hosts_phrase(hosts_of[m], gpu_hosts, gateways), m) if hosts_of[m] else m for m in order]
+
+
 def _wildcard(address):
     return checks.address_scope(address) == "unspecified"
 

@@ -80,7 +80,9 @@ def run_report(before, after, context):
     recorded as deployed), removed (taken down and forgotten this run),
     gateways (the inventory's), gateway_configured (whether the gateway
     play ran on them), finish (the command that finishes a partial run),
-    unplannable (optional: host -> why it could not be planned).
+    unplannable (optional: host -> why it could not be planned),
+    check_mode (optional: a --check run, which deploys, records and removes
+    nothing: its lines say what the run would do, never that it did).
     """
     before = before or plan_record.empty_record()
     after = after or plan_record.empty_record()
@@ -88,10 +90,15 @@ def run_report(before, after, context):
     failed, converged = set(context["failed"]), set(context["converged"])
     in_run = set(context["in_run"])
     unplannable = context.get("unplannable") or {}
-    lines = []
+    check = bool(context.get("check_mode"))
+    lines = ["check mode: nothing was deployed, recorded or removed; this is what the run would do"] if check else []
     for host in sorted(set(fleet) | set(before["hosts"]) | set(after["hosts"])):
         if host in converged:
-            lines.append("deployed: %s: %s" % (host, "; ".join(host_changes(before, after, host))))
+            lines.append("%s: %s: %s" % ("would deploy" if check else "deployed", host,
+                                         "; ".join(host_changes(before, after, host))))
+        elif host in context["removed"] and check:
+            lines.append("would remove: %s: no longer in gpu_servers; its instances would be drained, stopped and "
+                         "their files removed" % host)
         elif host in context["removed"]:
             lines.append("removed: %s: no longer in gpu_servers; its instances were drained, stopped and "
                          "their files removed" % host)
@@ -100,26 +107,34 @@ def run_report(before, after, context):
                          "no longer routes it, but its units may still run" % (
                              host, "failed or unreachable" if host in failed else "not in the inventory or the run"))
         elif host in unplannable:
-            why = str(unplannable[host])
-            why = why[len("host %s: " % host):] if why.startswith("host %s: " % host) else why
-            lines.append("unplannable: %s: %s; it keeps %s" % (host, why, _kept_phrase(after, host)))
+            lines.append("unplannable: %s: %s" % (host, unplannable_phrase(after, host, unplannable[host])))
         elif host in failed:
-            lines.append("failed: %s: not deployed (its errors are above); it keeps %s" % (
-                host, _kept_phrase(after, host)))
+            lines.append("failed: %s: not deployed (its errors are above); %s" % (host, _kept_phrase(after, host)))
         elif host not in in_run:
-            lines.append("kept: %s: not in this run (--limit); it keeps %s" % (host, _kept_phrase(after, host)))
+            lines.append("kept: %s: not in this run (--limit); %s" % (host, _kept_phrase(after, host)))
         else:
-            lines.append("kept: %s: not deployed in this run (--tags, or nothing to plan); it keeps %s" % (
+            lines.append("kept: %s: not deployed in this run (--tags, or nothing to plan); %s" % (
                 host, _kept_phrase(after, host)))
     lines.extend(_gateway_lines(before, after, context))
     return lines
 
 
 def _kept_phrase(record, host):
+    """What a host that was not deployed keeps: "it keeps its recorded
+    instances vllm-0 :8000, ..." only when the record holds some of it."""
     names = sorted(_by_name(record, host).values(), key=lambda i: i.get("ordinal", 0))
     if not names:
-        return "no instances"
-    return "its recorded instances %s" % ", ".join("%s :%s" % (i["name"], i.get("port")) for i in names)
+        return "it has no recorded instances: nothing was deployed on it"
+    return "it keeps its recorded instances %s" % ", ".join("%s :%s" % (i["name"], i.get("port")) for i in names)
+
+
+def unplannable_phrase(record, host, why):
+    """Why HOST could not be planned (or the host preflight refused it),
+    without the "host HOST: " the planner's messages start with, and what it
+    keeps (RECORD: the kept plan at the end of the run)."""
+    why = str(why)
+    why = why[len("host %s: " % host):] if why.startswith("host %s: " % host) else why
+    return "%s; %s" % (why, _kept_phrase(record, host))
 
 
 def _route_lines(plan, fleet, verb):
@@ -144,6 +159,10 @@ def _unrouted_lines(before, after, fleet):
 def _gateway_lines(before, after, context):
     if not context["gateways"]:
         return ["gateway: none in the inventory"]
+    if context["gateway_configured"] and context.get("check_mode"):
+        return _route_lines(after, context["fleet"], "gateway would route") + [
+            line.replace(": no longer routed (", ": would no longer be routed (")
+            for line in _unrouted_lines(before, after, context["fleet"])]
     if context["gateway_configured"]:
         return _route_lines(after, context["fleet"], "gateway routes") + _unrouted_lines(before, after, context["fleet"])
     # The gateways kept the routes of the record they were last built from.

@@ -95,11 +95,13 @@ def plan_warning_lines(plan):
     return ["warning: " + format_warning(w) for w in warnings]
 
 
-def record_diff_table(before, after):
+def record_diff_table(before, after, check_mode=False):
     """What changes in the kept record, per instance, as aligned lines: a
     "-" row for an instance as it was, a "+" row as it will be (both for
     one that changed), then how many stay as they are. Instances are
-    matched by host and name. Raises ValueError for a non-plan."""
+    matched by host and name. Under --check (CHECK_MODE) a first line says
+    that the record would change so, and is not written. Raises ValueError
+    for a non-plan."""
     old = dict(((i.get("host"), i.get("name")), i) for i in contract.instances(before, "record_diff_table"))
     new = dict(((i.get("host"), i.get("name")), i) for i in contract.instances(after, "record_diff_table"))
     columns = _columns(list(old.values()) + list(new.values()))
@@ -114,4 +116,5 @@ def record_diff_table(before, after):
         if key in new:
             rows.append(["+"] + _cells(new[key], columns))
     lines = _aligned(rows) if len(rows) > 1 else []
-    return lines + ["%d instance%s unchanged" % (unchanged, "" if unchanged == 1 else "s")]
+    head = ["check mode: the record would change so; it is not written"] if check_mode else []
+    return head + lines + ["%d instance%s unchanged" % (unchanged, "" if unchanged == 1 else "s")]

@@ -12,7 +12,9 @@ import copy
 import pytest
 
 from ansible_collections.gpufleet.numa.tests.fixtures.fleet_runs import (
-    FILES, FLEET, deployed, machine_facts, propose, runs)
+    FILES, FLEET, context, deployed, hostvars, machine_facts, propose, runs)
+from ansible_collections.gpufleet.numa.plugins.filter import fleet_run as fleet_run_filter
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import plan as fleet_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as fleet_run
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact
 
@@ -89,8 +91,10 @@ def test_hosts_that_leave_the_fleet(facts):
     assert unreachable["leaving"] == []
     # a record that names a gateway as a GPU host is damaged: never taken down
     damaged = json_with_host_renamed(kept, "rtx4090", "lb")
-    with pytest.raises(ValueError, match="names lb as GPU host"):
-        propose(facts, kept=damaged, hosts=["h100"], fleet=["h100"], in_run=["h100"])
+    stopped = propose(facts, kept=damaged, hosts=["h100"], fleet=["h100"], in_run=["h100"])
+    assert list(stopped) == ["errors"] and len(stopped["errors"]) == 1
+    assert stopped["errors"][0].startswith("The fleet cannot be planned; nothing was deployed: ")
+    assert "names lb as GPU host" in stopped["errors"][0]
 
 
 def json_with_host_renamed(text, old, new):
@@ -119,6 +123,22 @@ def test_refused_hosts_join_the_unplannable_and_the_gateway_routes_the_record(fa
     # nothing recorded yet: the gateway is left as it is
     first = propose(facts)
     assert fleet_run.routed(first, {"h100": "10.0.0.1", "rtx4090": "10.0.0.2"})["gateway"] is None
+
+
+def test_each_unplannable_host_has_its_own_message_and_keeps_only_what_is_recorded(facts):
+    """The end of the run fails each host that could not be planned with its
+    own message (the recap says failed of that host); only a host the record
+    holds instances of is said to keep them."""
+    kept = deployed(facts)
+    run = fleet_run.refused(propose(facts, kept=kept, tp=2), {"rtx4090": "host rtx4090: numactl is missing"})
+    assert fleet_run.unplannable_messages(run) == {
+        "rtx4090": "could not be planned: numactl is missing; it keeps its recorded instances vllm-0 :8000, vllm-1 :8001"}
+    # a first run: nothing recorded of it, nothing kept
+    first = fleet_run.refused(propose(facts), {"rtx4090": "host rtx4090: numactl is missing"})
+    message = "could not be planned: numactl is missing; it has no recorded instances: nothing was deployed on it"
+    assert fleet_run.unplannable_messages(first) == {"rtx4090": message}
+    assert fleet_run.report(first, FLEET, [], "finish")[1] == "unplannable: rtx4090: " + message[len("could not be planned: "):]
+    assert fleet_run.unplannable_messages(propose(facts)) == {}
 
 
 def test_a_hosts_share_is_its_slice_and_whether_the_role_deploys_it(facts):
@@ -187,3 +207,39 @@ def test_the_end_shows_the_proposal_of_a_run_that_does_not_deploy(facts):
     # a run that planned nothing (--tags vllm, gateway) shows the record
     loaded = fleet_run.loaded(run["record"], run["record"], FLEET, [], {})
     assert fleet_run.plan_lines(loaded, ["gateway"], [])[0].startswith("recorded plan")
+
+
+def test_a_fleet_that_cannot_be_planned_is_a_run_holding_only_its_errors(facts):
+    """Said once by the planning play (one fail task, its own words), never
+    raised inside a task's arguments, where ansible-core wraps it."""
+    stop = "The fleet cannot be planned; nothing was deployed: "
+    # one served name for two models
+    variables = hostvars(facts, h100={"vllm_served_model_name": "llama"},
+                         rtx4090={"vllm_model": "meta-llama/Llama-3.1-8B-Instrcut", "vllm_served_model_name": "llama"})
+    run = propose(facts, variables=variables)
+    assert list(run) == ["errors"] and len(run["errors"]) == 1 and run["errors"][0].startswith(stop)
+    assert "h100 and rtx4090 both serve the name" in run["errors"][0]
+    # hosts of one model with different keys (checked where api_keys are given: with gateways)
+    keys = {"h100": "a" * 20, "rtx4090": "b" * 20}
+    run = fleet_plan.propose(hostvars(facts), dict(facts), None, "/k/plan.json", FLEET, dict(context(), api_keys=keys))
+    assert "hosts h100 and rtx4090 serve model" in run["errors"][0] and "a" * 20 not in run["errors"][0]
+    same = fleet_plan.propose(hostvars(facts), dict(facts), None, "/k/plan.json", FLEET,
+                              dict(context(), api_keys={"h100": "a" * 20, "rtx4090": "a" * 20}))
+    assert same["errors"] == [] and same["proposal"]["instances"]
+    # no instance anywhere: every host unplannable on a first run
+    run = propose(facts, tp=16)
+    assert run["errors"][0].startswith(stop + "the plan has no instance: ") and "tp_size 16" in run["errors"][0]
+    # the run filters refuse it by its errors
+    with pytest.raises(ValueError, match="the run could not be planned: " + stop):
+        fleet_run_filter._run(run)
+
+
+def test_a_check_run_shows_the_record_it_would_write(facts):
+    run = propose(facts)
+    run = fleet_run.converged(run, FLEET, runs(run, FLEET))
+    lines = fleet_run.plan_lines(run, ["all"], [], check_mode=True)
+    assert lines[0] == "the record this run would write (check mode: not written, nothing deployed):"
+    assert fleet_run.plan_lines(run, ["all"], [])[0] == "recorded plan (what runs now):"
+    report = fleet_run.report(fleet_run.gateway_configured(run), FLEET + ["lb"], [], "finish", check_mode=True)
+    assert report[0].startswith("check mode: ") and report[1].startswith("would deploy: h100: vllm-0 new")
+    assert report[-1].startswith("gateway would route ")

@@ -75,6 +75,29 @@ def test_a_play_keyword_input_in_the_inventory():
                  extra_vars={"gpufleet_rollout_hosts_at_once"}) == []
 
 
+def test_one_error_of_many_hosts_is_said_once_naming_them():
+    """A value set once for a group (group_vars, the inventory's all) is one
+    error, not one line per host of the group."""
+    fleet = dict(("gpu-%02d" % i, good_gpu(gpufleet_tp_size="four")) for i in range(12))
+    fleet["gpu-00"]["vllm_api_kye"] = "x"
+    errors = check(fleet, {"lb-1": {"gateway_listen_address": "127.0.0.1"}})
+    assert variable_check.grouped(errors, sorted(fleet), ["lb-1"]) == [
+        "gpu-00: vllm_api_kye: is no variable of the collection (did you mean vllm_api_key?)",
+        "every GPU server (12 hosts): gpufleet_tp_size: must be an integer (got 'four')"]
+    some = dict((host, fleet[host]) for host in sorted(fleet)[:10])
+    assert variable_check.grouped(check(some), sorted(fleet), ["lb-1"])[1] == (
+        "gpu-00, gpu-01, gpu-02, gpu-03, gpu-04, gpu-05, gpu-06, gpu-07 and 2 more hosts: gpufleet_tp_size: must be "
+        "an integer (got 'four')")
+    both = check({"gpu-a": good_gpu(gpufleet_rollout_hosts_at_once=2)},
+                 {"lb-1": {"gateway_listen_address": "127.0.0.1", "gpufleet_rollout_hosts_at_once": 2}})
+    assert len(both) == 2 and variable_check.grouped(both, ["gpu-a"], ["lb-1"]) == [
+        "every GPU server and gateway (2 hosts): gpufleet_rollout_hosts_at_once: is a play keyword input (serial), "
+        "which inventory variables do not reach: give it with -e or in the playbook's vars"]
+    # a line of no known host is kept; a host named twice with one message is named once
+    assert variable_check.grouped(["x: y", "gpu-a: m", "gpu-a: m", "gpu-b: m"], ["gpu-a", "gpu-b", "gpu-c"]) == [
+        "x: y", "gpu-a, gpu-b: m"]
+
+
 def test_facts_and_private_names_are_not_flagged():
     names = ["vllm_deployed", "vllm_removed", "numa_topology", "__gpufleet_run_plan", "__vllm", "ansible_facts",
              "ansible_host", "gpufleet_tp_size", "inventory_hostname"]

@@ -83,6 +83,32 @@ def test_failed_kept_removed_and_to_remove_hosts():
     assert lines[4] == "gateway routes llama: a-vllm-0 :8000, b-vllm-0 :8000"
 
 
+def test_a_host_the_record_holds_nothing_of_is_never_said_to_keep_instances():
+    lines = plan_report.run_report(None, BEFORE, context(fleet=["a", "b", "e", "f"], in_run=["a", "e", "f"],
+                                                         converged=["a", "b"], failed=["e"],
+                                                         unplannable={"f": "host f: tp_size 16 exceeds the 8 GPUs"}))
+    assert lines[2:4] == [
+        "failed: e: not deployed (its errors are above); it has no recorded instances: nothing was deployed on it",
+        "unplannable: f: tp_size 16 exceeds the 8 GPUs; it has no recorded instances: nothing was deployed on it"]
+
+
+def test_a_check_run_says_what_it_would_do_never_that_it_did():
+    before = plan(instance("a", 0, [0, 1]), instance("b", 0, [0, 1], model="qwen"), instance("c", 0, [0]))
+    after = plan(instance("a", 0, [0, 1]), instance("a", 1, [2, 3]))
+    lines = plan_report.run_report(before, after, context(converged=["a"], removed=["c"], fleet=["a", "b"],
+                                                          failed=["b"], check_mode=True))
+    assert lines == [
+        "check mode: nothing was deployed, recorded or removed; this is what the run would do",
+        "would deploy: a: vllm-1 new (GPUs 2,3, :8001); 1 instance unchanged",
+        "failed: b: not deployed (its errors are above); it has no recorded instances: nothing was deployed on it",
+        "would remove: c: no longer in gpu_servers; its instances would be drained, stopped and their files removed",
+        "gateway would route llama: a-vllm-0 :8000, a-vllm-1 :8001",
+        "qwen: would no longer be routed (no recorded instance serves it; the gateway answers 404 for it)"]
+    assert not any(line.startswith(("deployed", "removed", "gateway routes")) for line in lines)
+    real = plan_report.run_report(before, after, context(converged=["a"], removed=["c"], fleet=["a", "b"], failed=["b"]))
+    assert real[0].startswith("deployed: a: ") and real[2].startswith("removed: c: ")
+
+
 def test_a_partial_run_names_what_the_gateway_lacks_and_still_sends_to():
     after = copy.deepcopy(BEFORE)
     after["instances"][1] = instance("a", 1, [2, 3], model="qwen")

@@ -107,3 +107,6 @@ def test_record_diff_table_shows_changed_added_and_removed_instances_only():
         ["-", "gpu-a", "vllm-1"], ["+", "gpu-a", "vllm-1"], ["+", "gpu-b", "vllm-0"]]
     assert lines[4] == "1 instance unchanged" and len(lines) == 5
     assert table.record_diff_table(before, before) == ["2 instances unchanged"]
+    # under --check it says the record is not written
+    assert table.record_diff_table(before, after, check_mode=True) == [
+        "check mode: the record would change so; it is not written"] + lines
