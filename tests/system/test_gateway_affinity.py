@@ -146,11 +146,12 @@ def completion(number, tail, **extra):
     return dict({"model": HASHED, "prompt": prefix(number) + tail, "max_tokens": 2}, **extra)
 
 
-def chat(number, turns):
-    """A chat whose system prompt and first user message start with
-    prefix(number), followed by TURNS more (assistant, user) pairs."""
-    messages = [{"role": "system", "content": prefix(number)[:40]},
-                {"role": "user", "content": [{"type": "text", "text": prefix(number)[40:] + "first question"}]}]
+def chat(system, first, turns):
+    """A chat: a system prompt and a first user message (as a text part),
+    together shorter than PREFIX_BYTES, then TURNS more (assistant, user)
+    pairs."""
+    messages = [{"role": "system", "content": "You answer about document %d." % system},
+                {"role": "user", "content": [{"type": "text", "text": "Question %d" % first}]}]
     for turn in range(turns):
         messages += [{"role": "assistant", "content": "answer %d" % turn},
                      {"role": "user", "content": "question %d" % turn}]
@@ -169,9 +170,13 @@ def test_the_same_prefix_reaches_the_same_instance(fleet, gateway):
     assert len(set(by_prefix.values())) >= 3, by_prefix
     # A conversation: the system prompt and first turn decide, whatever follows.
     for number in (100, 101, 102):
-        seen = set(idle(gateway) or answered_by(fleet, port, "/v1/chat/completions", chat(number, turns))
+        seen = set(idle(gateway) or answered_by(fleet, port, "/v1/chat/completions", chat(number, 1, turns))
                    for turns in range(4))
         assert len(seen) == 1, (number, seen)
+    # ... and the first user message is part of the key, not the system prompt alone.
+    seen = set(idle(gateway) or answered_by(fleet, port, "/v1/chat/completions", chat(100, first, 0))
+               for first in range(8))
+    assert len(seen) > 1, seen
     # A prompt of token ids: the first bytes of its JSON text are the key.
     for tokens in (list(range(100, 140)), list(range(900, 940))):
         seen = set(idle(gateway) or answered_by(fleet, port, "/v1/completions",
