@@ -31,6 +31,8 @@ standard library only.
 
 from __future__ import annotations
 
+import math
+
 AGENT_PORT = 8999
 # Seconds between two checks of one server by one gateway (agent-inter).
 AGENT_INTERVAL = 1
@@ -99,7 +101,7 @@ def metric_values(text, names):
             value = float(fields[0])
         except (IndexError, ValueError):
             continue
-        if value == value and value not in (float("inf"), float("-inf")):  # not NaN, finite
+        if math.isfinite(value):  # no NaN, no infinity
             found[name].append(value)
     return found
 
