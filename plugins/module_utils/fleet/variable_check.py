@@ -153,10 +153,28 @@ def vllm_errors(variables, defaults):
     return all_errors(vllm_variables.check_variables, merged, stand_in)
 
 
+def affinity_placeholders(value):
+    """A placeholder backend of each well-formed model name of gateway_affinity."""
+    if not isinstance(value, dict):
+        return []
+    placeholders = []
+    for index, name in enumerate(sorted(value, key=str)):
+        try:
+            checks.served_model_name("gateway_affinity key", name)
+        except ValueError:
+            continue
+        placeholders.append({"name": "preflight-%d" % index, "address": "127.0.0.1", "port": 2 + index,
+                             "model": name})
+    return placeholders
+
+
 def gateway_errors(variables, defaults):
     """The role gateway's errors for one gateway (check_settings), backends a placeholder."""
     merged = role_variables(defaults, variables, GATEWAY_FROM_PLAYBOOK)
     merged = dict((name, merged.get(name)) for name in gateway_settings.VARIABLES)
+    # The plan's models are not known yet: each model gateway_affinity
+    # names gets a placeholder backend, so that its settings are checked.
+    merged["gateway_backends"] = merged["gateway_backends"] + affinity_placeholders(merged["gateway_affinity"])
 
     def stand_in(name):
         return PLACEHOLDER_KEY if name in SECRET_NAMES else defaults.get(name)

@@ -20,6 +20,14 @@
 --                        model can only come from the X-Model header
 --   txn.body_checked     set once the body was looked at (a Lua error
 --                        leaves it unset, and the gateway refuses)
+-- Action gpufleet_request_model_prefix LIMIT sets these and:
+--   txn.body_prefix      the first LIMIT bytes of the prompt, the key of a
+--                        model's prefix affinity (gateway_affinity): of
+--                        "messages", each message's role and text, a line
+--                        each, up to and including the first user message
+--                        (the system prompt and the first turn); else of
+--                        "prompt" (a string, a list's first string, or
+--                        the JSON text of a list of token ids)
 -- Forms (multipart/form-data, application/x-www-form-urlencoded) are not
 -- JSON to vLLM either: their model comes from the X-Model header.
 
@@ -142,14 +150,19 @@ local function read_value(body, i)
   invalid("an unexpected character", i)
 end
 
--- The top-level "model" of BODY (nil when it has none). Errors: INCOMPLETE,
--- or {message, position}.
+-- The top-level keys whose values hold the prompt (prefix affinity).
+local PROMPT_KEYS = {messages = true, prompt = true}
+
+-- The top-level "model" of BODY (nil when it has none), and where the
+-- values of its top-level "messages" and "prompt" start. Errors:
+-- INCOMPLETE, or {message, position}.
 local function body_model(body)
   local i = skip_space(body, 1)
   if body:byte(i) ~= 123 then invalid("the body must be a JSON object", i) end
   local closers = {125}                                      -- one per open container
   local in_object = {true}
   local model, models = nil, 0
+  local starts = {}
   i = i + 1
   local expect = "first"                                     -- first key or '}' / first value or ']'
   while true do
@@ -183,6 +196,9 @@ local function body_model(body)
         i = skip_space(body, i)
         if body:byte(i) ~= 58 then invalid("expected ':' after a key", i) end
         i = skip_space(body, i + 1)
+        if depth == 1 and PROMPT_KEYS[key] then
+          starts[key] = i                                    -- Python keeps the last
+        end
         if depth == 1 and key == "model" then
           models = models + 1
           if models > 1 then invalid("the field model appears more than once", i) end
@@ -220,7 +236,98 @@ local function body_model(body)
   -- utf8.len allows them): anything else is refused by vLLM too.
   local valid, bad = utf8.len(body)
   if not valid then invalid("bytes that are not UTF-8", bad) end
-  return model
+  return model, starts
+end
+
+-- The value at i of a body already read whole by body_model (so valid):
+-- strings decoded, objects as tables (the last of a repeated key), arrays
+-- as sequences, numbers as their text, literals as their JSON text. Returns
+-- the value and the index after it.
+local function decode(body, i)
+  i = skip_space(body, i)
+  local c = body:byte(i)
+  if c == 34 then
+    local j, text = read_string(body, i, true)
+    return text, j
+  end
+  if c == 123 or c == 91 then
+    local object, value = c == 123, {}
+    i = skip_space(body, i + 1)
+    if body:byte(i) == (object and 125 or 93) then return value, i + 1 end
+    while true do
+      local key
+      if object then
+        i, key = read_string(body, skip_space(body, i), true)
+        i = skip_space(body, i) + 1                          -- ':'
+      end
+      local item
+      item, i = decode(body, i)
+      if object then value[key] = item else value[#value + 1] = item end
+      i = skip_space(body, i)
+      local after = body:byte(i)
+      i = i + 1
+      if after ~= 44 then return value, i end                -- ']' or '}'
+    end
+  end
+  local j = read_value(body, i)
+  return body:sub(i, j - 1), j
+end
+
+-- The text of a message's content: a string, or the "text" of each part.
+local function content_text(content)
+  if type(content) == "string" then return content end
+  local parts = {}
+  if type(content) == "table" then
+    for _, part in ipairs(content) do
+      if type(part) == "table" and type(part.text) == "string" then parts[#parts + 1] = part.text end
+    end
+  end
+  return table.concat(parts)
+end
+
+-- The first LIMIT bytes of the prompt of BODY (read whole by body_model,
+-- STARTS its result), or nil: of "messages", each message's role and text
+-- (a line each) up to and including the first user message; else of
+-- "prompt", the string, the first string of a list, or the JSON text of
+-- a list of token ids.
+local function body_prefix(body, starts, limit)
+  local parts, size = {}, 0
+  if starts.messages then
+    local i = skip_space(body, starts.messages)
+    if body:byte(i) ~= 91 then return nil end
+    i = skip_space(body, i + 1)
+    while body:byte(i) ~= 93 and size < limit do
+      local message
+      message, i = decode(body, i)
+      if type(message) == "table" and type(message.role) == "string" then
+        local line = message.role .. "\n" .. content_text(message.content) .. "\n"
+        parts[#parts + 1] = line
+        size = size + #line
+        if message.role == "user" then break end
+      end
+      i = skip_space(body, i)
+      if body:byte(i) == 44 then i = skip_space(body, i + 1) end
+    end
+  elseif starts.prompt then
+    local i = skip_space(body, starts.prompt)
+    local c = body:byte(i)
+    if c == 34 then
+      local _, text = read_string(body, i, true)
+      parts[1] = text
+    elseif c == 91 then
+      local first = skip_space(body, i + 1)
+      if body:byte(first) == 34 then
+        local _, text = read_string(body, first, true)
+        parts[1] = text
+      else
+        local _, j = decode(body, i)
+        parts[1] = body:sub(i, j - 1)
+      end
+    end
+  end
+  local prefix = table.concat(parts):sub(1, limit)
+  if prefix == "" then return nil end
+  return prefix
 end
 
 local FORMS = {["multipart/form-data"] = true, ["application/x-www-form-urlencoded"] = true}
@@ -233,12 +340,23 @@ local function is_form(txn)
   return FORMS[media] == true
 end
 
-core.register_action("gpufleet_request_model", {"http-req"}, function(txn)
+-- Reads the body; with LIMIT, also sets txn.body_prefix to the first
+-- LIMIT bytes of its prompt (body_prefix).
+local function read_request(txn, limit)
   local body = txn.sf:req_body() or ""
   if #body > 0 and not is_form(txn) then
-    local ok, result = pcall(body_model, body)
+    local ok, result, starts = pcall(body_model, body)
     if ok then
       if result ~= nil then txn:set_var("txn.body_model", result) end
+      if limit then
+        -- A prompt this cannot read only leaves the request without a key.
+        local read, prefix = pcall(body_prefix, body, starts, limit)
+        if read and prefix ~= nil then
+          txn:set_var("txn.body_prefix", prefix)
+        elseif not read then
+          core.Warning("gpufleet: no prompt prefix read: " .. tostring(prefix))
+        end
+      end
     elseif result == INCOMPLETE then
       txn:set_var("txn.body_incomplete", "1")
     elseif type(result) == "table" then
@@ -249,4 +367,14 @@ core.register_action("gpufleet_request_model", {"http-req"}, function(txn)
     end
   end
   txn:set_var("txn.body_checked", "1")
+end
+
+core.register_action("gpufleet_request_model", {"http-req"}, function(txn)
+  read_request(txn, nil)
 end, 0)
+
+-- gpufleet_request_model_prefix LIMIT: the model, and the prompt's first
+-- LIMIT bytes for the backends that hash them (prefix affinity).
+core.register_action("gpufleet_request_model_prefix", {"http-req"}, function(txn, limit)
+  read_request(txn, tonumber(limit))
+end, 1)

@@ -294,6 +294,14 @@ REJECTED = {
     "backend_address_newline": (
         {"gateway_backends": [dict(BACKENDS[0], address="10.20.0.11\n    bind :2222")]},
         ["gateway_backends[0].address: must not contain control characters"]),
+    "affinity_unknown_model": (
+        {"gateway_affinity": {"other": {}}}, ["gateway_affinity: names a model no backend serves"]),
+    "affinity_header_newline": (
+        {"gateway_affinity": {LLAMA: {"session_header": "X-S\n    server evil 6.6.6.6:80"}}},
+        ["gateway_affinity[%s].session_header: must not contain control characters" % LLAMA]),
+    "affinity_unbounded": (
+        {"gateway_affinity": {LLAMA: {"balance_factor": 0}}},
+        ["gateway_affinity[%s].balance_factor: must be at least 101 (got 0)" % LLAMA]),
     "admin_socket_group_words": (
         {"gateway_admin_socket": "/run/haproxy/admin.sock", "gateway_admin_socket_group": "root level admin"},
         ["gateway_admin_socket_group: must be a user or group name"]),
@@ -333,6 +341,9 @@ def examples(tmp_path_factory):
                                       gateway_backends=BACKENDS, gateway_listen_address="0.0.0.0",
                                       gateway_allow_unauthenticated=True),
         "one_model": dict(STAGING, gateway_config_path=config("one_model"), gateway_backends=BACKENDS[:2]),
+        # Prefix affinity for one model (docs/gateway.md "Routing").
+        "affinity": dict(STAGING, gateway_config_path=config("affinity"), gateway_backends=BACKENDS,
+                         gateway_affinity={LLAMA: {"prefix_bytes": 512, "session_header": "X-Session-Id"}}),
         # HAProxy judges the certificate file: a missing one is its message.
         "tls_missing_file": dict(STAGING, gateway_config_path=config("tls_missing_file"), gateway_backends=BACKENDS,
                                  gateway_tls_certificate=str(tmp_path / "missing.pem")),
@@ -468,6 +479,28 @@ def test_gateway_role_one_model_takes_requests_that_name_none(examples):
     text = config.read_text()
     assert "    default_backend %s\n" % LLAMA_BACKEND in text and "No model in the request" not in text
     assert haproxy_check(config).returncode == 0
+
+
+def test_gateway_role_affinity_hashes_one_models_prompt_prefix(examples):
+    """A model named in gateway_affinity: a bounded-load consistent hash of
+    the key the Lua reader took (the session header over it); the other
+    model keeps leastconn; haproxy -c accepts it without a warning.
+    tests/system/test_gateway_affinity.py runs it."""
+    assert_accepted(examples["outcomes"]["affinity"])
+    config = examples["configs"]["affinity"]
+    check = haproxy_check(config)
+    assert check.returncode == 0 and "WARNING" not in check.stdout, check.stdout
+    text = config.read_text()
+    assert "    http-request lua.gpufleet_request_model_prefix 512\n" in text
+    llama = section(text, "backend " + LLAMA_BACKEND)
+    assert ("    balance hash var(txn.affinity_key)\n" in llama and "    hash-type consistent\n" in llama
+            and "    hash-balance-factor 125\n" in llama), llama
+    key = llama.index("    http-request set-var(txn.affinity_key) var(txn.body_prefix),bytes(0,512)\n")
+    header = llama.index("    http-request set-var(txn.affinity_key) req.fhdr(X-Session-Id) "
+                         "if { req.fhdr(X-Session-Id) -m found }\n")
+    assert key < header
+    qwen = section(text, "backend model-Qwen_Qwen2.5-7B-Instruct")
+    assert "    balance leastconn\n" in qwen and "hash" not in qwen and "affinity" not in qwen
 
 
 def test_gateway_role_secured_config(examples):

@@ -31,6 +31,8 @@ standard library only.
 
 from __future__ import annotations
 
+import math
+
 AGENT_PORT = 8999
 # Seconds between two checks of one server by one gateway (agent-inter).
 AGENT_INTERVAL = 1
@@ -62,6 +64,73 @@ def state_line(state):
     """What the agent answers for a state word ('ready' or 'drain'), as the
     unit writes it into its state file."""
     return {"ready": READY, "drain": DRAINING}[state]
+
+
+# The engine's own load (issue 34): the weight of a serving instance from
+# its /metrics. Requests waiting for a slot (vllm:num_requests_waiting, all
+# engines of the instance summed) and the KV cache in use
+# (vllm:kv_cache_usage_perc, 0-1, the fullest engine; vllm:gpu_cache_usage_perc
+# before vLLM 0.10) each scale the weight down linearly:
+#   waiting: 100% with none waiting, ENGINE_MIN_WEIGHT at WAITING_FULL or more;
+#   KV cache: 100% up to KV_CACHE_LOW, ENGINE_MIN_WEIGHT at KV_CACHE_FULL or more;
+# the lower of the two is the weight, never under ENGINE_MIN_WEIGHT: 0% is
+# kept for a drain (a loaded instance still takes its small share, and when
+# every instance is loaded alike their shares stay equal).
+WAITING_METRIC = "vllm:num_requests_waiting"
+KV_CACHE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+WAITING_FULL = 16
+KV_CACHE_LOW = 0.80
+KV_CACHE_FULL = 0.98
+ENGINE_MIN_WEIGHT = 10
+
+
+def metric_values(text, names):
+    """{name: [value of each sample]} of NAMES in a Prometheus text exposition
+    (comments, other metrics and unreadable samples skipped)."""
+    found = dict((name, []) for name in names)
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name not in found:
+            continue
+        # The value follows the labels ('}' ends them; a label value may hold spaces).
+        rest = line[line.rindex("}") + 1:] if "{" in line else line[len(name):]
+        fields = rest.split()
+        try:
+            value = float(fields[0])
+        except (IndexError, ValueError):
+            continue
+        if math.isfinite(value):  # no NaN, no infinity
+            found[name].append(value)
+    return found
+
+
+def _scale(value, low, full):
+    """1 at or under LOW, 0 at or over FULL, linear between."""
+    if value <= low:
+        return 1.0
+    if value >= full:
+        return 0.0
+    return (full - value) / float(full - low)
+
+
+def engine_weight(text):
+    """The agent's answer for a serving instance whose /metrics answered
+    TEXT: a weight percentage ('10%'-'100%') from its waiting requests and
+    KV cache use (see WAITING_FULL, KV_CACHE_LOW, KV_CACHE_FULL). An
+    instance whose metrics hold neither is answered READY."""
+    values = metric_values(text, (WAITING_METRIC,) + KV_CACHE_METRICS)
+    factors = []
+    if values[WAITING_METRIC]:
+        factors.append(_scale(sum(values[WAITING_METRIC]), 0, WAITING_FULL))
+    cache = values[KV_CACHE_METRICS[0]] or values[KV_CACHE_METRICS[1]]
+    if cache:
+        factors.append(_scale(max(cache), KV_CACHE_LOW, KV_CACHE_FULL))
+    if not factors:
+        return READY
+    weight = ENGINE_MIN_WEIGHT + (100 - ENGINE_MIN_WEIGHT) * min(factors)
+    return "%d%%" % int(round(weight))
 
 
 def port_clash(instances, port=AGENT_PORT):

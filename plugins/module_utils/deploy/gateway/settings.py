@@ -27,6 +27,7 @@ import ipaddress
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks as vc
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.names import INVENTORY_HOST, INVENTORY_HOST_RULE
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import access
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import affinity
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import agent
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import errors
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import surface
@@ -71,6 +72,7 @@ VARIABLES = (
     "gateway_install", "gateway_package", "gateway_haproxy", "gateway_manage_service",
     "gateway_service_name", "gateway_api_key", "gateway_allow_unauthenticated", "gateway_tls_certificate",
     "gateway_buffer_size", "gateway_backend_api_keys", "gateway_metrics_address", "gateway_metrics_port",
+    "gateway_affinity",
 )
 TIMEOUTS = ("connect", "client", "server", "tunnel", "http_request", "http_keep_alive", "queue")
 
@@ -331,6 +333,9 @@ def check_settings(variables):
     s["http_errors"], s["monitor_down"] = errors.http_errors(), errors.monitor_down()
     s["listen_port"] = port("gateway_listen_port", v["gateway_listen_port"])
     s["balance"] = vc.choice("gateway_balance", v["gateway_balance"], BALANCE)
+    # Each model's balance and prefix affinity (affinity.py), and the body
+    # reader's action (with the prompt's first bytes when a model hashes them).
+    s["body_action"] = affinity.check_affinity(v["gateway_affinity"], s["models"], s["balance"])
     s["check_path"] = http_path("gateway_check_path", v["gateway_check_path"])
     s["check_interval"] = duration("gateway_check_interval", v["gateway_check_interval"])
     s["check_fall"] = integer("gateway_check_fall", v["gateway_check_fall"], 1, 1000)

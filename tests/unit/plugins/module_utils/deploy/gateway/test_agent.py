@@ -100,3 +100,71 @@ def test_the_agents_units_pass_systemd_analyze_verify(tmp_path):
     assert result.returncode == 0 and result.stderr == "", result.stderr
     bound = command.agent_units(dict(variables, vllm_listen_host="fd00::5"), [{"health_url": "x"}])[0]
     assert bound["listen"] == "[fd00::5]:8999" and bound["free_bind"]
+
+
+# /metrics as vLLM (v1 engine, 0.10) writes it: HELP and TYPE lines, one
+# sample per engine with engine and model_name labels, histograms and
+# counters around the two gauges the weight reads.
+VLLM_METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-70B-Instruct"} %(running)s
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-70B-Instruct"} %(waiting)s
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-70B-Instruct"} %(cache)s
+# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="meta-llama/Llama-3.1-70B-Instruct"} 1.234e+06
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="meta-llama/Llama-3.1-70B-Instruct"} 0.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="meta-llama/Llama-3.1-70B-Instruct"} 812.0
+"""
+
+
+def metrics(waiting=0.0, cache=0.0, running=3.0):
+    return VLLM_METRICS % {"waiting": waiting, "cache": cache, "running": running}
+
+
+@pytest.mark.parametrize("waiting, cache, weight", [
+    (0, 0.0, "100%"),          # idle
+    (0, 0.80, "100%"),         # KV cache up to KV_CACHE_LOW: no change
+    (0, 0.89, "55%"),          # half way from 0.80 to 0.98
+    (0, 0.98, "10%"),          # full: the floor, never 0% (kept for a drain)
+    (0, 1.0, "10%"),
+    (4, 0.0, "78%"),           # 10 + 90 x (1 - 4/16)
+    (8, 0.5, "55%"),
+    (16, 0.0, "10%"),
+    (250, 0.2, "10%"),
+    (8, 0.95, "25%"),          # the lower of the two: cache 0.95 -> 1/6
+])
+def test_the_engines_load_scales_the_weight(waiting, cache, weight):
+    assert agent.engine_weight(metrics(waiting, cache)) == weight
+    assert (agent.WAITING_FULL, agent.KV_CACHE_LOW, agent.KV_CACHE_FULL, agent.ENGINE_MIN_WEIGHT) == (16, 0.80, 0.98, 10)
+
+
+def test_every_engine_of_an_instance_counts():
+    """Data parallel: waiting requests add up, the fullest KV cache decides."""
+    text = metrics(2, 0.1) + (
+        'vllm:num_requests_waiting{engine="1",model_name="m"} 6.0\n'
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5\n')
+    assert agent.engine_weight(text) == "55%"       # 8 waiting in all
+    assert agent.engine_weight(text.replace("} 0.5\n", "} 0.935\n")) == "32%"   # engine 1's cache: 0.25
+    assert agent.metric_values(text, ("vllm:num_requests_waiting",)) == {"vllm:num_requests_waiting": [2.0, 6.0]}
+
+
+def test_older_and_unreadable_metrics():
+    # vLLM before 0.10 named the KV cache gauge gpu_cache_usage_perc.
+    assert agent.engine_weight(metrics(0, 0.89).replace("kv_cache_usage_perc", "gpu_cache_usage_perc")) == "55%"
+    # Neither gauge (another engine, a stand-in): the instance serves, READY.
+    assert agent.engine_weight("# nothing\nother_metric 5\n") == "100%"
+    assert agent.engine_weight("") == "100%"
+    # Unreadable samples are skipped, not guessed; a label value may hold spaces and braces.
+    text = ('vllm:num_requests_waiting{model_name="a b}"} 8\n'
+            "vllm:num_requests_waiting NaN\nvllm:num_requests_waiting +Inf\nvllm:num_requests_waiting x\n"
+            "vllm:num_requests_waiting_total 99\n")
+    assert agent.metric_values(text, ("vllm:num_requests_waiting",)) == {"vllm:num_requests_waiting": [8.0]}
+    assert agent.engine_weight(text) == "55%"
