@@ -12,9 +12,8 @@ controller only.
 
 from __future__ import annotations
 
-import html
-import math
-
+from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_labels import (
+    FONT, TEXT_PAD, UNBOUND_LABEL, chip_label, escape, gpu_labels, nic_label, node_labels, socket_label, text_width, ceil_px)
 from ansible_collections.gpufleet.numa.plugins.module_utils.audit.report_text import instance_state_text
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7",
@@ -42,27 +41,6 @@ INST_H = 14    # the planned instance's name above a GPU
 NODE_MIN_W = 250
 UNBOUND_H = 16  # the "not bound to a node:" line above the chips of processes bound to no node
 
-# Font sizes (px) of the report's CSS (report_html._CSS) for each kind of text.
-FONT = {"socket-label": 12, "node-label": 12, "small": 11, "tiny": 9.5, "gpu": 11, "chip": 11}
-# Text extents, estimated without a font: a conservative advance per
-# character in em (system-ui sans, bold included, is narrower: digits
-# about 0.56, lower case less), any other character as wide as a symbol.
-CHAR_EM, WIDE_EM = 0.62, 1.1
-TEXT_PAD = 6  # between a label and the edge of its box
-
-
-def _px(value):
-    return int(math.ceil(value))
-
-
-def text_width(text, size):
-    """The width, in px, reserved for TEXT at font SIZE."""
-    return size * sum(CHAR_EM if ord(c) < 128 else WIDE_EM for c in text)
-
-
-def escape(value):
-    return html.escape("" if value is None else str(value), quote=True)
-
 
 def _link_style(cls):
     cls = str(cls or "")
@@ -70,13 +48,6 @@ def _link_style(cls):
         if cls.startswith(prefix):
             return LINK_STYLES[prefix]
     return LINK_STYLES.get(cls)
-
-
-def _short_bus(gpu):
-    bus = gpu.get("pci_bus_id")
-    if not bus:
-        return gpu["id"]
-    return bus[5:] if bus.startswith("0000:") else bus
 
 
 class _Layout(object):
@@ -143,17 +114,17 @@ class _Layout(object):
 
     def _measure(self):
         """Each label's text, and the box widths (whole px) that hold them."""
-        self.gpu_w = max([GPU_W] + [_px(2 * TEXT_PAD + text_width(t, FONT["gpu"] if i == 0 else FONT["tiny"]))
+        self.gpu_w = max([GPU_W] + [ceil_px(2 * TEXT_PAD + text_width(t, FONT["gpu"] if i == 0 else FONT["tiny"]))
                                     for g in self.gpus for i, t in enumerate(gpu_labels(g))])
         self.inst_label = {}
         for gpu in self.gpus:
             inst = self.planned.get(gpu.get("pci_bus_id")) or self.planned.get(gpu["id"])
             if inst:
                 self.inst_label[gpu["id"]] = str(inst["name"])
-        inst_w = max([0] + [_px(2 * 2 + text_width(t, FONT["tiny"])) for t in self.inst_label.values()])
+        inst_w = max([0] + [ceil_px(2 * 2 + text_width(t, FONT["tiny"])) for t in self.inst_label.values()])
         self.gpu_step = max(self.gpu_w, inst_w) + GAP
-        self.nic_w = dict((n["id"], max(NIC_W, _px(2 * 4 + text_width(nic_label(n), FONT["tiny"])))) for n in self.nics)
-        self.chip_w = dict((g["key"], max(CHIP_W, _px(2 * 9 + text_width(chip_label(g), FONT["chip"]))))
+        self.nic_w = dict((n["id"], max(NIC_W, ceil_px(2 * 4 + text_width(nic_label(n), FONT["tiny"])))) for n in self.nics)
+        self.chip_w = dict((g["key"], max(CHIP_W, ceil_px(2 * 9 + text_width(chip_label(g), FONT["chip"]))))
                            for g in self.groups)
 
     def _place(self):
@@ -178,8 +149,8 @@ class _Layout(object):
             for nid in nids:
                 gpus, nics, chips = self._node_items(nid)
                 title, detail = node_labels(nid, self.nodes.get(nid) or {})
-                width = max(NODE_MIN_W, _px(2 * TEXT_PAD + text_width(title, FONT["node-label"])),
-                            _px(2 * TEXT_PAD + text_width(detail, FONT["small"])),
+                width = max(NODE_MIN_W, ceil_px(2 * TEXT_PAD + text_width(title, FONT["node-label"])),
+                            ceil_px(2 * TEXT_PAD + text_width(detail, FONT["small"])),
                             len(gpus) * self.gpu_step + GAP, sum(self.chip_w[g["key"]] + GAP for g in chips) + GAP,
                             sum(self.nic_w[n["id"]] + GAP for n in nics) + GAP)
                 ny = top + 18 + PAD
@@ -200,54 +171,16 @@ class _Layout(object):
                 for i, gpu in enumerate(gpus):
                     self.pos[gpu["id"]] = (x + GAP + i * self.gpu_step, gy)
                 x += width + PAD
-            x = max(x, sx + _px(2 * 8 + text_width(socket_label(key), FONT["socket-label"])))
+            x = max(x, sx + ceil_px(2 * 8 + text_width(socket_label(key), FONT["socket-label"])))
             self.boxes.append(("socket", sx, top, x - sx, socket_h, key))
             x += PAD
         ux = PAD
         for group in self.unbound:
             self.chip_pos[group["key"]] = (ux, PAD + UNBOUND_H)
             ux += self.chip_w[group["key"]] + GAP
-        self.width = max(x, ux + PAD, _px(2 * PAD + text_width(UNBOUND_LABEL, FONT["small"])) if self.unbound else 0)
+        self.width = max(x, ux + PAD, ceil_px(2 * PAD + text_width(UNBOUND_LABEL, FONT["small"])) if self.unbound else 0)
         self.links_top = top + socket_h + 6
         self.height = self.links_top
-
-
-UNBOUND_LABEL = "not bound to a node:"
-
-
-def socket_label(key):
-    """The label of a socket's box; a NUMA node's own box names the node."""
-    if key[0] == "socket":
-        return "socket %s" % key[1]
-    return "socket unknown" if key[0] == "node" else "NUMA node unknown"
-
-
-def node_labels(nid, node):
-    """(title, CPUs and memory) of a NUMA node's box."""
-    title = "NUMA node %s" % nid if nid is not None else "GPUs without a NUMA node"
-    cpus = node.get("cpus")
-    mem = node.get("memory_mb")
-    detail = "CPUs %s" % (cpus if cpus else ("none (memory only)" if cpus == "" else "unknown"))
-    if mem:
-        detail += " \u00b7 %d GiB" % round(mem / 1024.0)
-    return title, detail
-
-
-def gpu_labels(gpu):
-    """(index, bus id) written in a GPU's box."""
-    return ("GPU %s" % gpu["index"] if gpu.get("index") is not None else "GPU"), _short_bus(gpu)
-
-
-def nic_label(nic):
-    return "NIC " + str((nic.get("interfaces") or [nic["id"]])[0])
-
-
-def chip_label(group):
-    mark = "\u26a0 " if group.get("misplaced") else ""
-    label = "%s%s %s" % (mark, group["name"][:9], group["leader"])
-    if len(group["pids"]) > 1:
-        label += " +%d" % (len(group["pids"]) - 1)
-    return label
 
 
 def _fabric(topo, gpus):
@@ -292,7 +225,7 @@ def host_svg(result):
     body = _svg_boxes(layout) + _svg_gpus(layout)
     if layout.unbound:
         body.append('<text x="%d" y="%d" class="small">%s</text>' % (PAD, PAD + 11, UNBOUND_LABEL))
-    width = int(math.ceil(max(layout.width, links_width))) + PAD
+    width = ceil_px(max(layout.width, links_width)) + PAD
     return ('<svg xmlns="http://www.w3.org/2000/svg" class="host-diagram" viewBox="0 0 %d %d" width="%d" height="%d" '
             'role="img" aria-label="%s">%s%s%s</svg>' % (
                 width, height, width, height, escape("topology of %s" % result["host"]), "".join(body), "".join(links),
