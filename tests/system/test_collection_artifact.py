@@ -22,7 +22,7 @@ BIN = REPO / ".venv" / "bin"
 
 # Top-level paths of the checkout that must never ship.
 DEVELOPMENT = ("tests", "extensions", "benchmarks", "scripts", ".ci", ".collections", ".venv", "staging",
-               ".ansible-lint", "pytest.ini", "requirements-test.txt", "ansible.cfg", "changelogs/fragments",
+               ".ansible-lint", "pytest.ini", "requirements-test.txt", "constraints.txt", "ansible.cfg", "changelogs/fragments",
                "changelogs/.plugin-cache.yaml", "docs/development.md", "inventories/demo")
 # What a user needs: the plugins and roles, the playbooks, the execution
 # environment's definition with the files it names (from the collection's root
