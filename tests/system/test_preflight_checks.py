@@ -51,9 +51,11 @@ def test_one_broken_inventory_every_error_nothing_written(tmp_path):
             "(did you mean vllm_served_model_name?)",
             "demo-a6000-nvlink: vllm_extra_args key: is no option of vllm serve 0.33.0 (did you mean "
             "enable-prefix-caching?) (got 'enable-prefix-cacheing')",
-            "demo-rtx4090-pcie: gpufleet_rollout_hosts_at_once: is a play keyword input (serial), which inventory "
-            "variables do not reach: give it with -e or in the playbook's vars"):
+            # set once for the group: said once, naming the group, not once per host
+            "every GPU server (3 hosts): gpufleet_rollout_hosts_at_once: is a play keyword input (serial), which "
+            "inventory variables do not reach: give it with -e or in the playbook's vars"):
         assert expected in out, out[-4000:]
+    assert "demo-rtx4090-pcie: gpufleet_rollout_hosts_at_once" not in out
     # the first task of the run: no topology gathered, no argument_spec dump
     assert "Gather NUMA topology facts" not in out
     assert "argument_spec" not in out.lower()
