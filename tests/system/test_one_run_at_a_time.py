@@ -67,6 +67,21 @@ def _holder(pid):
     return dict(lock.this_run(pid), revision="absent")
 
 
+def _started(argv):
+    """A process running ARGV, once it has exec'd (until then its
+    /proc/PID/cmdline is not yet ARGV, and a lock naming it would name no
+    command: a race the loaded suite lost once)."""
+    process = subprocess.Popen(argv)
+    deadline = time.monotonic() + 30
+    path = "/proc/%d/cmdline" % process.pid
+    while True:
+        with open(path, "rb") as handle:
+            if handle.read().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                return process
+        assert time.monotonic() < deadline, "%s did not start within 30 s" % argv
+        time.sleep(0.05)
+
+
 def test_a_live_holder_stops_the_run_before_anything_changes_and_a_dead_one_is_taken_over(tmp_path):
     fleet = demo_copy(tmp_path)
     inventory = write_inventory(fleet, "hosts.yml")
@@ -75,7 +90,7 @@ def test_a_live_holder_stops_the_run_before_anything_changes_and_a_dead_one_is_t
     before = plan.read_bytes()
     config = fleet["staging"] / "demo-gateway" / "etc" / "haproxy" / "haproxy.cfg"
     config_before = config.stat().st_mtime_ns
-    holder = subprocess.Popen(["sleep", "300"])
+    holder = _started(["sleep", "300"])
     try:
         with open(lock.lock_path(str(plan)), "w") as handle:
             handle.write(__import__("json").dumps(_holder(holder.pid)))
