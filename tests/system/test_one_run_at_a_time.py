@@ -18,6 +18,8 @@ import socket
 import subprocess
 import time
 
+from fleet_processes import wait_until
+
 from ansible_collections.gpufleet.numa.plugins.module_utils.state import lock
 from ansible_collections.gpufleet.numa.tests.fixtures.demo_fleet import (
     ANSIBLE_PLAYBOOK, H100, REPO, RTX, demo_copy, record, routed, run_playbook as run, write_inventory)
@@ -72,14 +74,13 @@ def _started(argv):
     /proc/PID/cmdline is not yet ARGV, and a lock naming it would name no
     command: a race the loaded suite lost once)."""
     process = subprocess.Popen(argv)
-    deadline = time.monotonic() + 30
-    path = "/proc/%d/cmdline" % process.pid
-    while True:
-        with open(path, "rb") as handle:
-            if handle.read().split(b"\0")[:-1] == [a.encode() for a in argv]:
-                return process
-        assert time.monotonic() < deadline, "%s did not start within 30 s" % argv
-        time.sleep(0.05)
+
+    def running():
+        with open("/proc/%d/cmdline" % process.pid, "rb") as handle:
+            return handle.read().split(b"\0")[:-1] == [a.encode() for a in argv]
+
+    wait_until(running, 30, interval=0.05, what="%s to start" % argv)
+    return process
 
 
 def test_a_live_holder_stops_the_run_before_anything_changes_and_a_dead_one_is_taken_over(tmp_path):
