@@ -38,7 +38,7 @@ import urllib.request
 import openai
 
 HELLO = [{"role": "user", "content": "Hello"}]
-# A stream long enough to arrive in dozens of pieces on a busy machine.
+# A stream long enough to arrive in several pieces on a busy machine.
 STREAM_TOKENS = 96
 
 
@@ -126,16 +126,18 @@ def clients(gateway, chat, story, instances):
                        "first_chunk_s": min(f["first_chunk_s"] for f in found),
                        "max_gap_s": min(f["max_gap_s"] for f in found)}) for way, found in rounds.items())
     figures["stream"] = {"rounds": rounds, "best": best}
-    # Held events would come ~200 ms apart: a handful of arrivals where
-    # direct has dozens (one extra hop also merges some events that come
-    # within 10 ms: 19-29 arrivals through the gateway against 27-49 direct
-    # on this machine). A third of direct's leaves room for that and for
-    # the engines' own jitter.
-    if best["direct"]["arrivals"] < 8:
-        problems.append("the stream direct came in %d pieces: too few to tell bursts from events" % best["direct"]["arrivals"])
-    if best["gateway"]["arrivals"] < best["direct"]["arrivals"] / 3.0 \
+    # The real engine's own pacing on a loaded 2-core machine swings from
+    # 9 to 37 arrivals for the same 96 tokens direct, so it cannot measure
+    # a ~200 ms hold (held events of a 2 s stream still make ~10 arrivals).
+    # tests/system/test_openai_client.py measures that against an engine
+    # paced at 50 ms. Here: the stream comes through in pieces (not one
+    # buffered answer), and its first chunk is not held.
+    if best["direct"]["arrivals"] < 3:
+        problems.append("the stream direct came in %d pieces: too few to tell a stream from one answer"
+                        % best["direct"]["arrivals"])
+    if best["gateway"]["arrivals"] < 3 \
             or best["gateway"]["first_chunk_s"] > best["direct"]["first_chunk_s"] + 0.15:
-        problems.append("a stream through the gateway arrives later or in fewer pieces than direct: %s" % best)
+        problems.append("a stream through the gateway arrives later than direct or in one piece: %s" % best)
 
     figures["client_timeout"] = client_gives_up(gateway, instances, chat, problems)
 
