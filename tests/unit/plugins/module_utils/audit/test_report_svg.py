@@ -45,7 +45,7 @@ def test_host_svg_is_well_formed_with_every_gpu_and_misplaced_marks():
     assert "socket 0" in labels and "socket 1" in labels and "NUMA node 1" in labels
     assert "NV6 fabric: every GPU pair" in labels
     # a misplaced process's line to a GPU on another node is red and dashed
-    red = [l for l in svg.iter(SVG + "line") if l.get("stroke") == report_svg.MISPLACED]
+    red = [line for line in svg.iter(SVG + "line") if line.get("stroke") == report_svg.MISPLACED]
     assert len(red) == 4  # 9017 -> GPU 8, 9018 -> GPU 9, the TP group (one chip, on node 0) -> GPUs 10, 11
 
 
