@@ -224,7 +224,9 @@ def run(work, playbook, args, name):
     counts = os.path.join(work, name + ".json")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                GPUFLEET_REPO=REPO, GPUFLEET_STAGING=os.path.join(work, "staging"),
-               ANSIBLE_CALLBACK_PLUGINS=os.path.join(work, "callbacks"), ANSIBLE_CALLBACKS_ENABLED="bench_counts",
+               # The variable replaces ansible.cfg's list: the preload it names, and the counter.
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(work, "callbacks"),
+               ANSIBLE_CALLBACKS_ENABLED="gpufleet.numa.preload,bench_counts",
                ANSIBLE_LOCAL_TEMP=os.path.join(work, "tmp"), BENCH_COUNTS=counts)
     if args.strategy:
         env["ANSIBLE_STRATEGY"] = args.strategy
