@@ -21,7 +21,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 BIN = REPO / ".venv" / "bin"
 
 # Top-level paths of the checkout that must never ship.
-DEVELOPMENT = ("tests", "extensions", "benchmarks", "scripts", ".ci", ".collections", ".venv", "staging",
+DEVELOPMENT = ("tests", "extensions", "benchmarks", "scripts", ".ci", ".config", ".collections", ".venv", "staging",
                ".ansible-lint", "pytest.ini", "requirements-test.txt", "constraints.txt", "ansible.cfg", "changelogs/fragments",
                "changelogs/.plugin-cache.yaml", "docs/development.md", "inventories/demo")
 # What a user needs: the plugins and roles, the playbooks, the execution
