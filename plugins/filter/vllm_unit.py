@@ -54,7 +54,7 @@ def vllm_restarting(units, written):
 
 
 def _role_state(hostvars, host):
-    """What role vllm left in HOST's variables: {units, written, install_changed}, or None where it did not run.
+    """What role vllm left in HOST's variables: {units, written, install_changed, agents}, or None where it did not run.
     The install's result counts only where this run installs (__vllm.install): an earlier run's stays behind."""
     variables = hostvars[host] if host in hostvars else {}
     if "__vllm" not in variables or "__vllm_written" not in variables:
@@ -63,7 +63,7 @@ def _role_state(hostvars, host):
     installed = variables["__vllm_installed"] if "__vllm_installed" in variables else None
     install_changed = bool(variables["__vllm"].get("install") and installed and installed.get("changed"))
     return {"units": variables["__vllm"]["units"], "written": written.get("results", []) if written else [],
-            "install_changed": install_changed}
+            "install_changed": install_changed, "agents": variables["__vllm"].get("agent_services", [])}
 
 
 def vllm_rollout(hostvars, batch, host, check_mode=False):

@@ -35,7 +35,7 @@ def recorded(fleet, host):
 
 
 # The host's agent for the gateways (a socket and its service), beside its instances.
-AGENT = ["gpufleet-agent.socket", "gpufleet-agent@.service"]
+AGENT = ["gpufleet-agent-weights.service", "gpufleet-agent.socket", "gpufleet-agent@.service"]
 
 
 def units(fleet, host):

@@ -22,7 +22,7 @@ MARKER = "# Managed by gpufleet.numa (role vllm)\n"
 
 
 # The host's agent for the gateways (a socket and its service), beside its instances.
-AGENT = ["gpufleet-agent.socket", "gpufleet-agent@.service"]
+AGENT = ["gpufleet-agent-weights.service", "gpufleet-agent.socket", "gpufleet-agent@.service"]
 
 
 def units(fleet, host):

@@ -430,7 +430,8 @@ def test_gateway_role_defaults_render_golden_config(examples):
     text = config.read_text()
     assert "    balance leastconn\n" in text
     assert "    option httpchk GET /health\n    http-check expect status 200\n" in text
-    assert "    default-server check inter 2s fall 3 rise 2\n" in text
+    # weight 100: the agent answers a percentage of it (agent.SERVER_WEIGHT).
+    assert "    default-server check inter 2s fall 3 rise 2 weight 100\n" in text
     assert "    timeout server 10m\n" in text and "    timeout client 10m\n" in text
     assert "    bind 0.0.0.0:8080\n" in text
 

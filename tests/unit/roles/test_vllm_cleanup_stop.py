@@ -2,8 +2,9 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """The stale-file cleanup's stop (roles/vllm/tasks/cleanup.yml), templated
-by Ansible as the role runs it: the instances' services, then the gateways'
-agent socket, never the agent's template unit (it has no instance to stop).
+by Ansible as the role runs it: the instances' services and the agent's
+load reader, then the gateways' agent socket, never the agent's template
+unit (it has no instance to stop).
 The role's playbook tests run without a service manager, where this task is
 skipped."""
 
@@ -32,9 +33,10 @@ def stop_loop(stale):
 
 
 def test_the_cleanup_stops_the_instances_then_the_agent_socket():
-    stale = [UNITS + "gpufleet-agent.socket", UNITS + "gpufleet-agent@.service", UNITS + "gpufleet-vllm-1.service",
+    stale = [UNITS + "gpufleet-agent-weights.service", UNITS + "gpufleet-agent.socket",
+             UNITS + "gpufleet-agent@.service", UNITS + "gpufleet-vllm-1.service",
              UNITS + "gpufleet-vllm-2.service", "/etc/vllm/gpufleet-vllm-1.yaml"]
-    assert list(stop_loop(stale)) == [UNITS + "gpufleet-vllm-1.service", UNITS + "gpufleet-vllm-2.service",
-                                      UNITS + "gpufleet-agent.socket"]
+    assert list(stop_loop(stale)) == [UNITS + "gpufleet-agent-weights.service", UNITS + "gpufleet-vllm-1.service",
+                                      UNITS + "gpufleet-vllm-2.service", UNITS + "gpufleet-agent.socket"]
     assert list(stop_loop([UNITS + "gpufleet-vllm-1.service"])) == [UNITS + "gpufleet-vllm-1.service"]
     assert list(stop_loop(["/etc/vllm/gpufleet-vllm-1.yaml", UNITS + "gpufleet-vllm-1.service.d"])) == []

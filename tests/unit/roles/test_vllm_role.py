@@ -193,9 +193,10 @@ def unit_dir(root):
     return root / "staging/etc/systemd/system"
 
 
-# The host's agent for the gateways: a socket and the service it starts per
-# connection, beside the instances' units (deploy/gateway/agent.py).
-AGENT_UNITS = ["gpufleet-agent.socket", "gpufleet-agent@.service"]
+# The host's agent for the gateways: a socket, the service it starts per
+# connection and the engines' load reader, beside the instances' units
+# (deploy/gateway/agent.py).
+AGENT_UNITS = ["gpufleet-agent.socket", "gpufleet-agent@.service", "gpufleet-agent-weights.service"]
 
 
 def instance_units(root):
@@ -379,9 +380,9 @@ def test_vllm_units_match_golden_and_verify(rendered, case):
     expected_names = {"gpufleet-%s.service" % i["name"] for i in instances} | {"secrets.env"}
     if CASES[case]["vars"].get("vllm_extra_args"):
         expected_names |= {"gpufleet-%s.yaml" % i["name"] for i in instances}
-    if expected_unit(case, root)["agent_socket"]:
+    if expected_unit(case, root)["agent_services"]:
         # The gateways' agent of a host whose units serve the API.
-        expected_names |= {"gpufleet-agent.socket", "gpufleet-agent@.service"}
+        expected_names |= set(AGENT_UNITS)
     assert set(files) == expected_names
     golden = GOLDEN / case
     if os.environ.get("GPUFLEET_UPDATE_GOLDEN"):
@@ -393,7 +394,7 @@ def test_vllm_units_match_golden_and_verify(rendered, case):
     for name, text in files.items():
         assert text == (golden / name).read_text(), "%s/%s differs from its golden file" % (case, name)
     for name in ["gpufleet-%s.service" % instance["name"] for instance in instances] + sorted(
-            name for name in files if name.endswith(".socket")):
+            name for name in files if name.endswith(".socket") or name == AGENT_UNITS[2]):
         rc, stderr = verify_unit(unit_dir(root) / name)
         assert (rc, stderr) == (0, ""), "%s: systemd-analyze verify: %s" % (name, stderr)
 
@@ -700,7 +701,7 @@ def test_vllm_version_bump_rewrites_every_unit_and_restarts_every_instance(tmp_p
         assert rc == 0, output
         report = json.loads((tmp_path / "report.json").read_text())
         # the instances' units (the agent's do not carry the engine)
-        rewritten = [name for name in report["written"] if re.fullmatch(r"gpufleet-(?!agent@)\S+\.service", name)]
+        rewritten = [name for name in report["written"] if re.fullmatch(r"gpufleet-(?!agent)\S+\.service", name)]
         return sorted(rewritten), report
 
     names = ["gpufleet-%s.service" % i["name"] for i in instances]

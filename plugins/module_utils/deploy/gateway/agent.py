@@ -20,8 +20,18 @@ before.
 
 The unit's stop waits agent_wait() seconds after writing DRAINING, so
 that every gateway has read it (two checks), then for the engine's
-requests to end. Issue 34's weight from the engine's own queue answers
-here too: the line is a percentage, the seam is state_line().
+requests to end.
+
+While an instance serves, the agent answers its engine's own load instead
+of READY (engine_weight(): waiting requests and KV cache use from vLLM's
+/metrics): the host's load reader (role vllm: one long-running service,
+WEIGHTS) reads every serving instance's /metrics each AGENT_INTERVAL, at
+the URL the unit wrote beside its state (METRICS_FILE), and writes the
+weight into its own runtime directory, one file per instance. The agent
+answers that weight only while the state is READY, so a drain is never
+overwritten by a weight read a moment before; a reader that stopped takes
+its directory with it, and the agent answers READY again. One read per
+instance per interval, however many gateways ask.
 
 The agent's port is one per host and fixed, so that it stays the same
 across runs and needs no record: port_clash() refuses a plan that puts an
@@ -38,8 +48,16 @@ AGENT_PORT = 8999
 AGENT_INTERVAL = 1
 READY = "100%"
 DRAINING = "0%"
-# The agent's state file of an instance, in the unit's runtime directory.
+# Every server's configured weight: HAProxy sets a server to the agent's
+# percentage of it, rounded down (of a weight of 1, anything under 100% is
+# 0, a drain), so 100 gives each percent a step of its own.
+SERVER_WEIGHT = 100
+# The agent's state file of an instance, in the unit's runtime directory,
+# and beside it the URL of the instance's /metrics (written when it serves).
 STATE_FILE = "agent"
+METRICS_FILE = "agent.metrics"
+# The load reader's unit stem and runtime directory, after the unit prefix.
+WEIGHTS = "agent-weights"
 
 
 def agent_wait():
@@ -131,6 +149,16 @@ def engine_weight(text):
         return READY
     weight = ENGINE_MIN_WEIGHT + (100 - ENGINE_MIN_WEIGHT) * min(factors)
     return "%d%%" % int(round(weight))
+
+
+def name_clash(names):
+    """The message of the first instance name whose unit would be the load
+    reader's (PREFIX + WEIGHTS + .service), or None."""
+    for name in names:
+        if name == WEIGHTS:
+            return ("instance %s: its unit would be the name of the gateways' agent's load reader on each GPU "
+                    "host; name the instance otherwise" % name)
+    return None
 
 
 def port_clash(instances, port=AGENT_PORT):

@@ -346,6 +346,8 @@ def check_settings(variables):
     s["retries"] = integer("gateway_retries", v["gateway_retries"], 0, 100)
     s["maxconn"] = integer("gateway_maxconn", v["gateway_maxconn"], 1, 10000000)
     s["server_maxconn"] = integer("gateway_server_maxconn", v["gateway_server_maxconn"], 0, 10000000)
+    # Each server's configured weight, of which the agent answers a percentage.
+    s["server_weight"] = agent.SERVER_WEIGHT
     s["monitor_uri"] = http_path("gateway_monitor_uri", v["gateway_monitor_uri"], allow_empty=True)
     s["stats_address"] = listen_address("gateway_stats_address", v["gateway_stats_address"])
     s["stats_port"] = port("gateway_stats_port", v["gateway_stats_port"], allow_zero=True)

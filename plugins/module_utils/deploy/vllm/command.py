@@ -10,6 +10,7 @@ functions, standard library only.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import namedtuple
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
@@ -24,12 +25,16 @@ MANAGED_MARKER = "# Managed by gpufleet.numa (role vllm)"
 # Helper programs the role installs into vllm_libexec_dir (roles/vllm/files).
 CHECKER = "gpufleet-verify-unit"
 WAIT_READY = "gpufleet-wait-ready"
-# The gateways' agent (deploy/gateway/agent.py) and what writes its state.
+# The gateways' agent (deploy/gateway/agent.py), what writes its state, and
+# its load reader with the agent's module beside it (the reader imports it).
 AGENT = "gpufleet-agent"
 AGENT_STATE = "gpufleet-agent-state"
-# The agent's units, one pair per host: PREFIX + these.
+AGENT_WEIGHTS = "gpufleet-agent-weights"
+AGENT_LIBRARY = "gpufleet_agent.py"
+# The agent's units, one set per host: PREFIX + these.
 AGENT_SOCKET = "agent.socket"
 AGENT_SERVICE = "agent@.service"
+AGENT_READER = agent.WEIGHTS + ".service"
 # The unit's record of the engine it runs: a new engine version changes
 # every unit, so the rollout restarts every instance once.
 ENGINE_ENVIRONMENT = "GPUFLEET_ENGINE"
@@ -65,6 +70,11 @@ def health_url(host, port):
     if checks.address_scope(host) == "unspecified":
         host = "::1" if host == "::" else "127.0.0.1"
     return "http://%s:%d/health" % ("[%s]" % host if ":" in host else host, port)
+
+
+def metrics_url(health):
+    """An instance's /metrics beside its /health."""
+    return health.rsplit("/health", 1)[0] + "/metrics"
 
 
 def tcp_url(host, port):
@@ -212,9 +222,9 @@ def _readiness(inst, v, head, unit):
         # With vllm_ready_request, ready is a real completion, not /health alone.
         model = [contract.served_name(v["vllm_model"], v["vllm_served_model_name"])] if v["vllm_ready_request"] else []
         state = "/run/%s/%s" % (unit, agent.STATE_FILE)
-        metrics = url.rsplit("/health", 1)[0] + "/metrics"
+        metrics = metrics_url(url)
         return Readiness(exec_start_pre, [["", [wait_ready, url, str(v["vllm_engine_ready_timeout"])] + model],
-                                          ["", [agent_state, "ready", state]]],
+                                          ["", [agent_state, "ready", state, metrics]]],
                          [["", [agent_state, "drain", state, metrics, str(agent.agent_wait()),
                                 str(stop_drain(v))]]], url, unit)
     # A headless rank serves no /health; it starts once the head's
@@ -236,23 +246,57 @@ def agent_units(v, units):
     """The host's agent units (deploy/gateway/agent.py), or [] when no unit
     serves the API: a socket on the agent's port, at the instances' listen
     address, that starts PREFIXagent@.service per connection, which runs the
-    agent over the instances' runtime directories (/run/PREFIX<name>/)."""
-    if not any(unit["health_url"] for unit in units):
+    agent over the instances' runtime directories (/run/PREFIX<name>/); and,
+    with vllm_agent_engine_load, the load reader (PREFIXagent-weights.service),
+    whose weights the agent answers from /run/PREFIXagent-weights/. Each
+    with restart_on: the files whose change restarts its running unit (the
+    socket's per-connection service reads its files afresh each time)."""
+    healths = [unit["health_url"] for unit in units if unit["health_url"]]
+    if not healths:
         return []
     host = v["vllm_listen_host"]
     listen = "%s:%d" % ("[%s]" % host if ":" in host else host, agent.AGENT_PORT)
     prefix = v["vllm_unit_prefix"]
+    libexec = v["vllm_libexec_dir"]
     header = "%s; the gateways' agent of this host's instances" % MANAGED_MARKER
-    return [
+    weights = "/run/%s%s" % (prefix, agent.WEIGHTS)
+    reader = v["vllm_agent_engine_load"]
+    found = [
         {"name": prefix + AGENT_SOCKET, "path": "%s/%s%s" % (v["vllm_unit_dir"], prefix, AGENT_SOCKET),
-         "header": header, "listen": listen, "free_bind": host not in ("0.0.0.0", "::"),
+         "template": "agent.socket.j2", "header": header, "listen": listen, "free_bind": host not in ("0.0.0.0", "::"),
          "description": "gpufleet.numa: the gateways' agent of this host's vLLM instances (port %d)"
-                        % agent.AGENT_PORT},
+                        % agent.AGENT_PORT, "restart_on": ["%s/%s%s" % (v["vllm_unit_dir"], prefix, AGENT_SOCKET)]},
         {"name": prefix + AGENT_SERVICE, "path": "%s/%s%s" % (v["vllm_unit_dir"], prefix, AGENT_SERVICE),
-         "header": header, "command": ["%s/%s" % (v["vllm_libexec_dir"], AGENT), "/run/" + prefix],
+         "template": "agent.service.j2", "header": header,
+         "command": ["%s/%s" % (libexec, AGENT), "/run/" + prefix] + ([weights] if reader else []),
          "hardening": v["vllm_hardening"],
          "description": "gpufleet.numa: the gateways' agent answering one gateway"},
     ]
+    if reader:
+        path = "%s/%s%s" % (v["vllm_unit_dir"], prefix, AGENT_READER)
+        # The reader reaches the instances' /metrics only (loopback, or the
+        # listen address); a listen name resolves to any address: no list.
+        hosts = unique(health.split("//", 1)[1].rsplit(":", 1)[0].strip("[]") for health in healths)
+        addresses = ["localhost"] + [h for h in hosts if checks.address_scope(h) == "other"]
+        if any(not _is_ip(h) for h in hosts):
+            addresses = []
+        found.append(
+            {"name": prefix + AGENT_READER, "path": path, "template": "agent-weights.service.j2", "header": header,
+             "command": ["%s/%s" % (libexec, AGENT_WEIGHTS), "/run/" + prefix, weights, str(agent.AGENT_INTERVAL)],
+             "runtime_directory": prefix + agent.WEIGHTS, "ip_address_allow": addresses,
+             "hardening": v["vllm_hardening"],
+             "description": "gpufleet.numa: the engines' load for the gateways' agent (vLLM /metrics, every %ds)"
+                            % agent.AGENT_INTERVAL,
+             "restart_on": [path, "%s/%s" % (libexec, AGENT_WEIGHTS), "%s/%s" % (libexec, AGENT_LIBRARY)]})
+    return found
+
+
+def _is_ip(value):
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return False
 
 
 def _description(inst):

@@ -129,7 +129,7 @@ def host_units(instances, variables):
      options, argv, environment, numa, config, port, wants, after,
      exec_start_pre, exec_start_post ([prefix, argv] each), health_url,
      drain (gateway servers), installed], files (template items in write
-     order), agent_socket (the agent's socket unit, or ''), directories, checker, helpers (programs installed into
+     order), agent_services (the agent's units the role starts: name, restart_on, installed), directories, checker, helpers (programs installed into
      vllm_libexec_dir), writes (the directories not as planned, helpers and
      files in the order the role writes them), stale_candidates, install,
      engine (what the install installs and every unit records), pip
@@ -146,7 +146,7 @@ def host_units(instances, variables):
     host = variables.get("host", "this host")
     check_per_worker(checked, v)
     check_multinode(checked, v, variables.get("host"))
-    clash = agent.port_clash(checked)
+    clash = agent.port_clash(checked) or agent.name_clash(inst["name"] for inst in checked)
     if clash:
         raise ValueError("vllm_instances: " + clash)
     units = [instance_unit(inst, v, host) for inst in checked]
@@ -185,8 +185,11 @@ def host_units(instances, variables):
         # The first line of every file the role writes, and what finds it (the stale-file cleanup).
         "managed_marker": MANAGED_MARKER,
         "managed_first_line": layout.managed_first_line(),
-        # The agent's socket unit the role starts ('' when no unit serves the API).
-        "agent_socket": agents[0]["name"] if agents else "",
+        # The agent's units the role starts, before the instances: the socket
+        # and the load reader ([] when no unit serves the API).
+        "agent_services": [{"name": entry["name"], "restart_on": entry["restart_on"],
+                            "installed": bool((existing.get(entry["path"]) or {}).get("isreg"))}
+                           for entry in agents if "restart_on" in entry],
         "variables": v,
     }
 
@@ -255,10 +258,10 @@ def _files(units, agents, v, existing, checker):
         files.append({"template": "vllm.service.j2", "path": unit["path"], "mode": "0644", "secret": False,
                       "label": unit["unit"], "unit": unit, "verify": unit["unit"],
                       "validate": "%s %s %%s" % (checker, shlex.quote(unit["unit"]))})
-    # The gateways' agent: a socket and the service it starts (checked by
-    # the role's tests with systemd-analyze verify, as a pair).
-    for entry, template in zip(agents, ("agent.socket.j2", "agent.service.j2")):
-        files.append({"template": template, "path": entry["path"], "mode": "0644", "secret": False,
+    # The gateways' agent: a socket, the service it starts and the load
+    # reader (checked by the role's tests with systemd-analyze verify).
+    for entry in agents:
+        files.append({"template": entry["template"], "path": entry["path"], "mode": "0644", "secret": False,
                       "label": entry["name"], "agent": entry})
     for entry in files:
         entry["kind"] = "template"

@@ -20,7 +20,8 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import c
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import download
 
 # Every helper program the role installs into vllm_libexec_dir.
-HELPERS = (command.CHECKER, command.WAIT_READY, command.AGENT, command.AGENT_STATE)
+HELPERS = (command.CHECKER, command.WAIT_READY, command.AGENT, command.AGENT_STATE, command.AGENT_WEIGHTS,
+           command.AGENT_LIBRARY)
 # A snapshot folder in the hub cache is named by a 40-hex commit: the glob
 # matches nothing else the role looks at.
 SNAPSHOT = "[0-9a-f]" * 40

@@ -79,11 +79,12 @@ def wants_service_manager(manage_service, service_mgr):
 
 
 def host_rollout(host, states, batch, check_mode=False):
-    """What service.yml rolls on HOST: {ordinals, steps}.
+    """What service.yml starts and rolls on HOST: {agents, ordinals, steps}.
 
     states: host -> {units (vllm_units' units), written (the write task's
-    results), install_changed (the install task changed the venv; optional)}
-    for the hosts that ran the role; batch: the play batch, whose
+    results), install_changed (the install task changed the venv; optional),
+    agents (vllm_units' agent_services; optional)} for the hosts that ran the role;
+    agents (agent_steps) is what the role starts first; batch: the play batch, whose
     hosts roll at once. ordinals is the most units any host of the batch has
     (every host loops over the same ordinals, so Ansible runs each step on
     all of them together); steps[i] is this host's i-th unit with `restart`
@@ -101,7 +102,20 @@ def host_rollout(host, states, batch, check_mode=False):
         hosts = unit["multinode"]["hosts"] if unit.get("multinode") else [host]
         restart = any(unit["name"] in restarting.get(name, []) for name in hosts)
         steps.append(None if check_mode and not unit.get("installed") else dict(unit, restart=restart))
-    return {"ordinals": ordinals, "steps": steps + [None] * (ordinals - len(steps))}
+    agents = agent_steps(states[host].get("agents", []), states[host]["written"], check_mode) if host in states else []
+    return {"agents": agents, "ordinals": ordinals, "steps": steps + [None] * (ordinals - len(steps))}
+
+
+def agent_steps(agents, written, check_mode=False):
+    """The agent's units the role starts before the instances ({name, state}
+    each): restarted where a file in its restart_on changed in this run (the
+    write task's results), else started. In check mode a unit that was not
+    on the host before the run is left out (systemd has nothing to pretend
+    to start)."""
+    changed = set(result["__vllm_file"].get("path") for result in written
+                  if result.get("changed") and result.get("__vllm_file"))
+    return [{"name": entry["name"], "state": "restarted" if changed & set(entry["restart_on"]) else "started"}
+            for entry in agents if entry["installed"] or not check_mode]
 
 
 def deployed_record(units, written, engine, variables=None):

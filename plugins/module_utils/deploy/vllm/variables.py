@@ -229,6 +229,7 @@ def _check_install(v, out):
         "manage_service": manage_service(role_value(v, "vllm_manage_service"), v.get("service_mgr", "")),
         "vllm_hardening_strict": checks.boolean("vllm_hardening_strict", role_value(v, "vllm_hardening_strict")),
         "vllm_ready_request": checks.boolean("vllm_ready_request", role_value(v, "vllm_ready_request")),
+        "vllm_agent_engine_load": checks.boolean("vllm_agent_engine_load", role_value(v, "vllm_agent_engine_load")),
     })
 
 

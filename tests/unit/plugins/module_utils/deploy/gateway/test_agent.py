@@ -6,9 +6,12 @@ agent-check), its port's clash rule and the server options; the agent
 program and its state writer run for real, the agent's units pass
 systemd-analyze verify."""
 
+import http.server
 import os
 import shutil
 import subprocess
+import threading
+import time
 
 import jinja2
 import pytest
@@ -80,26 +83,53 @@ def test_the_agents_units_pass_systemd_analyze_verify(tmp_path):
     assert analyze, "systemd-analyze is not installed (scripts/setup installs the systemd package)"
     libexec = tmp_path / "libexec"
     libexec.mkdir()
-    shutil.copy(os.path.join(FILES, command.AGENT), str(libexec))
+    for program in (command.AGENT, command.AGENT_WEIGHTS):
+        shutil.copy(os.path.join(FILES, program), str(libexec))
     variables = {"vllm_listen_host": "0.0.0.0", "vllm_unit_prefix": "gpufleet-", "vllm_unit_dir": str(tmp_path),
-                 "vllm_libexec_dir": str(libexec), "vllm_hardening": [["NoNewPrivileges", "yes"],
-                                                                      ["ProtectSystem", "strict"]]}
+                 "vllm_libexec_dir": str(libexec), "vllm_agent_engine_load": True,
+                 "vllm_hardening": [["NoNewPrivileges", "yes"], ["ProtectSystem", "strict"]]}
     assert command.agent_units(variables, [{"health_url": ""}]) == []
     units = command.agent_units(variables, [{"health_url": "http://127.0.0.1:8000/health"}])
+    assert [u["name"] for u in units] == ["gpufleet-agent.socket", "gpufleet-agent@.service",
+                                          "gpufleet-agent-weights.service"]
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
                                      keep_trailing_newline=True)
-    for entry, template in zip(units, ("agent.socket.j2", "agent.service.j2")):
-        text = environment.get_template(template).render(__vllm_file={"agent": entry})
+    for entry in units:
+        text = environment.get_template(entry["template"]).render(__vllm_file={"agent": entry})
         with open(entry["path"], "w") as handle:
             handle.write(text)
     socket_text = open(units[0]["path"]).read()
     assert "ListenStream=0.0.0.0:8999\n" in socket_text and "Accept=yes\n" in socket_text
     assert "FreeBind" not in socket_text
-    result = subprocess.run([analyze, "verify", "--man=no", units[0]["path"]], capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert result.returncode == 0 and result.stderr == "", result.stderr
-    bound = command.agent_units(dict(variables, vllm_listen_host="fd00::5"), [{"health_url": "x"}])[0]
-    assert bound["listen"] == "[fd00::5]:8999" and bound["free_bind"]
+    assert units[1]["command"] == [str(libexec / command.AGENT), "/run/gpufleet-", "/run/gpufleet-agent-weights"]
+    reader_text = open(units[2]["path"]).read()
+    assert ("ExecStart=%s/gpufleet-agent-weights /run/gpufleet- /run/gpufleet-agent-weights 1\n" % libexec
+            in reader_text), reader_text
+    assert "RuntimeDirectory=gpufleet-agent-weights\n" in reader_text
+    assert "IPAddressDeny=any\nIPAddressAllow=localhost\n" in reader_text
+    # The reader restarts when its unit, its program or the module it imports changed.
+    assert units[2]["restart_on"] == [units[2]["path"], str(libexec / command.AGENT_WEIGHTS),
+                                      str(libexec / command.AGENT_LIBRARY)]
+    for path in (units[0]["path"], units[2]["path"]):
+        result = subprocess.run([analyze, "verify", "--man=no", path], capture_output=True, text=True,
+                                timeout=120, check=False)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+    bound = command.agent_units(dict(variables, vllm_listen_host="fd00::5"), [{"health_url": "http://[fd00::5]:80/health"}])
+    assert bound[0]["listen"] == "[fd00::5]:8999" and bound[0]["free_bind"]
+    assert bound[2]["ip_address_allow"] == ["localhost", "fd00::5"]
+    # A listen name may resolve to any address: no allow-list then.
+    named = command.agent_units(dict(variables, vllm_listen_host="gpu-a.example"),
+                                [{"health_url": "http://gpu-a.example:80/health"}])
+    assert named[2]["ip_address_allow"] == []
+    # Without the engine's load: no reader, and the agent reads no weights.
+    off = command.agent_units(dict(variables, vllm_agent_engine_load=False), [{"health_url": "http://x:1/health"}])
+    assert [u["name"] for u in off] == ["gpufleet-agent.socket", "gpufleet-agent@.service"]
+    assert off[1]["command"] == [str(libexec / command.AGENT), "/run/gpufleet-"]
+
+
+def test_an_instance_named_like_the_load_reader_is_refused():
+    assert agent.name_clash(["vllm-0", "agent-weights"]).startswith("instance agent-weights: its unit would be")
+    assert agent.name_clash(["vllm-0", "agent", "agent-weights-1"]) is None
 
 
 # /metrics as vLLM (v1 engine, 0.10) writes it: HELP and TYPE lines, one
@@ -168,3 +198,125 @@ def test_older_and_unreadable_metrics():
             "vllm:num_requests_waiting_total 99\n")
     assert agent.metric_values(text, ("vllm:num_requests_waiting",)) == {"vllm:num_requests_waiting": [8.0]}
     assert agent.engine_weight(text) == "55%"
+
+
+class MetricsServer(object):
+    """A real HTTP server on loopback that answers /metrics with TEXT (settable)."""
+
+    def __init__(self):
+        outer = self
+        self.text = ""
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = outer.text.encode()
+                self.send_response(200 if self.path == "/metrics" else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d/metrics" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def read_weights(tmp_path, weights):
+    subprocess.run([os.path.join(FILES, command.AGENT_WEIGHTS), str(tmp_path) + "/gpufleet-", str(weights), "1",
+                    "--once"], check=True, timeout=20)
+
+
+def test_the_agent_answers_the_engines_load_while_the_instance_serves(tmp_path):
+    """The unit's state, the reader and the agent, for real: the reader reads
+    a real /metrics and the agent answers its weight only while the state is
+    100%; a drain wins over any weight; a /metrics that stops answering
+    takes the weight away."""
+    engine = MetricsServer()
+    try:
+        state = os.path.join(FILES, command.AGENT_STATE)
+        weights = tmp_path / "gpufleet-agent-weights"
+        weights.mkdir()
+        for name in ("vllm-0", "vllm-1"):
+            (tmp_path / ("gpufleet-" + name)).mkdir()
+        path = str(tmp_path / "gpufleet-vllm-0" / "agent")
+        engine.text = metrics(waiting=4, cache=0.5)
+
+        def answer(name="vllm-0"):
+            result = subprocess.run([os.path.join(FILES, command.AGENT), str(tmp_path) + "/gpufleet-", str(weights)],
+                                    input=name + "\n", capture_output=True, text=True, timeout=10, check=True)
+            return result.stdout
+
+        # Not serving yet: the reader reads nothing, the agent answers 0%.
+        read_weights(tmp_path, weights)
+        assert os.listdir(str(weights)) == [] and answer() == "0%\n"
+        subprocess.run([state, "ready", path, engine.url], check=True, timeout=10)
+        assert open(path + ".metrics").read() == engine.url + "\n"
+        read_weights(tmp_path, weights)
+        # 4 waiting of 16: 10 + 90 x 0.75.
+        assert answer() == "78%\n" and sorted(os.listdir(str(weights))) == ["vllm-0"]
+        assert oct(os.stat(str(weights / "vllm-0")).st_mode & 0o777) == "0o644"
+        # vllm-1 serves without a metrics URL (a unit of an older release): 100%.
+        subprocess.run([state, "ready", str(tmp_path / "gpufleet-vllm-1" / "agent")], check=True, timeout=10)
+        read_weights(tmp_path, weights)
+        assert answer("vllm-1") == "100%\n"
+        engine.text = metrics(waiting=16, cache=0.1)
+        read_weights(tmp_path, weights)
+        assert answer() == "10%\n"
+        # A drain wins over the weight still on file.
+        environment = dict(os.environ)
+        environment.pop("MAINPID", None)
+        subprocess.run([state, "drain", path, engine.url, "3", "60"], check=True, timeout=10, env=environment)
+        assert (weights / "vllm-0").exists() and answer() == "0%\n"
+        read_weights(tmp_path, weights)
+        assert not (weights / "vllm-0").exists()
+        # Serving again, then its /metrics stops answering: the weight goes, 100% stays.
+        subprocess.run([state, "ready", path, engine.url], check=True, timeout=10)
+        read_weights(tmp_path, weights)
+        assert answer() == "10%\n"
+    finally:
+        engine.close()
+    read_weights(tmp_path, weights)
+    assert os.listdir(str(weights)) == [] and answer() == "100%\n"
+    # A weight file the agent cannot read as a weight is not answered.
+    for bad in ("0%", "101%", "55", "x%", ""):
+        (weights / "vllm-0").write_text(bad + "\n")
+        assert answer() == "100%\n", bad
+
+
+def test_the_reader_keeps_reading_until_stopped(tmp_path):
+    engine = MetricsServer()
+    reader = None
+    try:
+        engine.text = metrics(cache=0.89)
+        weights = tmp_path / "w"
+        weights.mkdir()
+        (tmp_path / "gpufleet-vllm-0").mkdir()
+        subprocess.run([os.path.join(FILES, command.AGENT_STATE), "ready", str(tmp_path / "gpufleet-vllm-0" / "agent"),
+                        engine.url], check=True, timeout=10)
+        reader = subprocess.Popen([os.path.join(FILES, command.AGENT_WEIGHTS), str(tmp_path) + "/gpufleet-",
+                                   str(weights), "0.2"])
+        target = weights / "vllm-0"
+        fleet_wait(lambda: target.exists() and target.read_text() == "55%\n", "the first weight")
+        engine.text = metrics(waiting=12)
+        fleet_wait(lambda: target.exists() and target.read_text() == "32%\n", "the next weight")
+    finally:
+        if reader is not None:
+            reader.terminate()
+            reader.wait(timeout=10)
+        engine.close()
+    bad = subprocess.run([os.path.join(FILES, command.AGENT_WEIGHTS), "x", "y"], capture_output=True, text=True,
+                         timeout=10)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: gpufleet-agent-weights"), bad.stderr
+
+
+def fleet_wait(predicate, what, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)

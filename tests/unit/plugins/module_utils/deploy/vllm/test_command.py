@@ -132,7 +132,7 @@ def test_options_file_and_shutdown_timeout():
     assert "--shutdown-timeout" not in argv
     assert [f["label"] for f in result["files"]] == [
         "secrets.env", "gpufleet-%s.yaml" % instance["name"], "gpufleet-%s.service" % instance["name"],
-        "gpufleet-agent.socket", "gpufleet-agent@.service"]
+        "gpufleet-agent.socket", "gpufleet-agent@.service", "gpufleet-agent-weights.service"]
 
 
 def test_readiness_and_gpu_preparation_are_part_of_the_unit():
@@ -142,7 +142,8 @@ def test_readiness_and_gpu_preparation_are_part_of_the_unit():
     assert unit["exec_start_post"] == [["", ["/usr/local/libexec/gpufleet/gpufleet-wait-ready",
                                              "http://127.0.0.1:8123/health", "42", VARIABLES["vllm_model"]]],
                                        ["", ["/usr/local/libexec/gpufleet/gpufleet-agent-state", "ready",
-                                             "/run/gpufleet-%s/agent" % INSTANCE["name"]]]]
+                                             "/run/gpufleet-%s/agent" % INSTANCE["name"],
+                                             "http://127.0.0.1:8123/metrics"]]]
     # Whoever stops it: the agent answers 0%, the gateways read it (3 s),
     # the requests end (vllm_drain_timeout), then systemd's SIGTERM.
     assert unit["exec_stop"] == [["", ["/usr/local/libexec/gpufleet/gpufleet-agent-state", "drain",

@@ -49,7 +49,7 @@ def test_a_headless_rank_waits_for_the_heads_rendezvous_in_brackets_and_serves_n
         [], [], "", "")
     assert "--headless" in flags(unit) and "--port" not in flags(unit)
     # no instance of the host serves the API: no agent units
-    assert result["agent_socket"] == ""
+    assert result["agent_services"] == []
     assert command.agent_units(result["variables"], result["units"]) == []
     ipv4 = multinode(1, vllm_node_addresses={"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"})["units"][0]
     assert ipv4["exec_start_pre"][-1][1][1] == "tcp://10.0.0.1:29501"
@@ -104,8 +104,9 @@ def test_the_agent_listens_where_the_instances_do(listen, address, free_bind):
     instances = placement.plan_fleet({"gpu-a": H100}, tp_size=4)["instances"]
     result = host_state.host_units(instances, dict(VARIABLES, vllm_listen_host=listen,
                                                    vllm_api_key="sk-test-0123456789"))
-    socket, service = command.agent_units(result["variables"], result["units"])
-    assert result["agent_socket"] == socket["name"] == "gpufleet-agent.socket"
+    socket, service, reader = command.agent_units(result["variables"], result["units"])
+    assert [entry["name"] for entry in result["agent_services"]] == [socket["name"], reader["name"]] == [
+        "gpufleet-agent.socket", "gpufleet-agent-weights.service"]
     assert socket["listen"] == "%s:%d" % (address, agent.AGENT_PORT)
     assert socket["free_bind"] is free_bind
     assert service["name"] == "gpufleet-agent@.service"

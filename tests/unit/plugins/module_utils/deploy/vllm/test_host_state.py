@@ -46,7 +46,8 @@ def test_what_already_matches_is_marked_so_the_role_skips_it():
                            "/var/lib/vllm/cache": False}
     files = {f["label"]: (f["as_planned"], f["checksum"]) for f in result["files"]}
     assert files == {"secrets.env": (True, "abc"), "gpufleet-vllm-0.service": (False, "def"),
-                     "gpufleet-agent.socket": (False, ""), "gpufleet-agent@.service": (False, "")}
+                     "gpufleet-agent.socket": (False, ""), "gpufleet-agent@.service": (False, ""),
+                     "gpufleet-agent-weights.service": (False, "")}
     assert result["checker"] == {"path": "/usr/local/libexec/gpufleet/gpufleet-verify-unit", "as_planned": True,
                                  "checksum": "123"}
 

@@ -131,7 +131,7 @@ def test_ordinals_are_the_most_units_of_the_batch_and_hosts_with_fewer_sit_out()
     assert rollout.host_rollout("a", states, ["a", "b"])["steps"][1]["restart"] is False
     # A host outside the batch (another serial batch) does not count.
     assert rollout.host_rollout("a", states, ["a", "b", "c"])["ordinals"] == 3
-    assert rollout.host_rollout("a", {}, ["a"]) == {"ordinals": 0, "steps": []}
+    assert rollout.host_rollout("a", {}, ["a"]) == {"agents": [], "ordinals": 0, "steps": []}
 
 
 def test_a_multinode_instance_restarts_on_every_host_when_it_does_on_one():
@@ -149,6 +149,24 @@ def test_check_mode_starts_only_units_the_host_already_has():
     steps = rollout.host_rollout("a", states, ["a"], check_mode=True)["steps"]
     assert steps[0]["name"] == "vllm-0" and steps[1] is None
     assert rollout.host_rollout("a", states, ["a"])["steps"][1]["restart"] is True
+
+
+def test_the_agents_units_start_first_and_restart_when_their_files_changed():
+    agents = [{"name": "gpufleet-agent.socket", "restart_on": ["/u/gpufleet-agent.socket"], "installed": True},
+              {"name": "gpufleet-agent-weights.service", "installed": False,
+               "restart_on": ["/u/gpufleet-agent-weights.service", "/x/gpufleet-agent-weights", "/x/gpufleet_agent.py"]}]
+    states = {"a": {"units": [unit("vllm-0")], "written": wrote("vllm-0"), "agents": agents}}
+    started = rollout.host_rollout("a", states, ["a"])["agents"]
+    assert started == [{"name": "gpufleet-agent.socket", "state": "started"},
+                       {"name": "gpufleet-agent-weights.service", "state": "started"}]
+    # The reader's program changed (a new release): it restarts; the socket does not.
+    program = [{"__vllm_file": {"path": "/x/gpufleet_agent.py"}, "changed": True},
+               {"__vllm_file": {"path": "/u/gpufleet-agent.socket"}, "changed": False}]
+    states["a"]["written"] = wrote("vllm-0") + program
+    assert [a["state"] for a in rollout.host_rollout("a", states, ["a"])["agents"]] == ["started", "restarted"]
+    # Check mode: a unit not on the host yet is left out.
+    assert rollout.host_rollout("a", states, ["a"], check_mode=True)["agents"] == [
+        {"name": "gpufleet-agent.socket", "state": "started"}]
 
 
 # --- engine upgrades --------------------------------------------------------

@@ -1,0 +1,1 @@
+../../../plugins/module_utils/deploy/gateway/agent.py
