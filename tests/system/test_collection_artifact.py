@@ -99,6 +99,17 @@ def test_execution_environment_files_ship(members):
         assert dependencies[key] in members and "meta/" + dependencies[key] in members, key
 
 
+def test_the_agents_module_ships_beside_its_load_reader(artifact):
+    """roles/vllm/files/gpufleet_agent.py links to deploy/gateway/agent.py
+    (the load reader imports it on the host): installed, it reads as that
+    module does."""
+    tarball, env, work = artifact
+    installed = work / "installed" / "ansible_collections" / "gpufleet" / "numa"
+    shipped = (installed / "roles" / "vllm" / "files" / "gpufleet_agent.py").read_text()
+    assert shipped == (REPO / "plugins" / "module_utils" / "deploy" / "gateway" / "agent.py").read_text()
+    assert "def engine_weight(" in shipped
+
+
 @pytest.mark.parametrize("kind, name", [("module", "numa_facts"), ("filter", "fleet_plan"),
                                         ("filter", "plan_table"), ("role", "vllm")])
 def test_installed_documents_itself(artifact, kind, name):
