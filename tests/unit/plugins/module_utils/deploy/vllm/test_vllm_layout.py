@@ -26,7 +26,7 @@ def test_the_look_covers_every_directory_program_and_file_the_role_writes():
         "/opt/vllm/bin/vllm", "/opt/vllm/bin/python", "/usr/bin/numactl", "/etc/vllm/secrets.env",
         "/usr/local/libexec/gpufleet/gpufleet-verify-unit", "/usr/local/libexec/gpufleet/gpufleet-wait-ready",
         "/usr/local/libexec/gpufleet/gpufleet-agent", "/usr/local/libexec/gpufleet/gpufleet-agent-state",
-            "/usr/local/libexec/gpufleet/gpufleet-agent-weights", "/usr/local/libexec/gpufleet/gpufleet_agent.py",
+        "/usr/local/libexec/gpufleet/gpufleet-agent-weights", "/usr/local/libexec/gpufleet/gpufleet_agent.py",
         "/etc/systemd/system/gpufleet-agent.socket", "/etc/vllm/gpufleet-*.yaml", "/etc/systemd/system/gpufleet-*.service"]
     # every helper the role installs is looked at
     assert set("/usr/local/libexec/gpufleet/" + h for h in layout.HELPERS) <= set(layout.look_paths(ROLE))
