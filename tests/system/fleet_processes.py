@@ -233,23 +233,29 @@ def wait_for_health(processes, name, address, port, timeout=15.0):
     wait_until(healthy, timeout, what="%s on %s:%d/health" % (name, address, port))
 
 
-def haproxy_server_states(address, port, uri="/stats", backend=None):
-    """{server name: status} of every server of every backend (one per
-    served model), or of BACKEND only, from HAProxy's statistics page in
-    CSV form."""
+def haproxy_server_rows(address, port, uri="/stats", backend=None):
+    """{server name: its row of HAProxy's statistics CSV, {column: value}}
+    of every server of every backend (one per served model), or of BACKEND
+    only."""
     status, dummy, body = http_request(address, port, "GET", uri + ";csv", timeout=2.0)
     if status != 200:
         raise AssertionError("statistics page answered %d" % status)
     lines = body.decode().splitlines()
     header = lines[0].lstrip("# ").split(",")
-    states = {}
+    rows = {}
     for line in lines[1:]:
         row = dict(zip(header, line.split(",")))
         if row.get("pxname") in ("stats", "vllm_api") or (backend is not None and row.get("pxname") != backend):
             continue
         if row.get("svname") not in ("FRONTEND", "BACKEND"):
-            states[row["svname"]] = row["status"]
-    return states
+            rows[row["svname"]] = row
+    return rows
+
+
+def haproxy_server_states(address, port, uri="/stats", backend=None):
+    """{server name: status} of every server of every backend, or of
+    BACKEND only (haproxy_server_rows)."""
+    return {name: row["status"] for name, row in haproxy_server_rows(address, port, uri, backend).items()}
 
 
 def systemd_binding_as_numactl(service, numactl, local_node, cpus):

@@ -33,7 +33,7 @@ import threading
 
 import pytest
 
-from fleet_processes import ProcessGroup, free_port, http_request, wait_for_health, wait_until
+from fleet_processes import ProcessGroup, free_port, haproxy_server_rows, http_request, wait_for_health, wait_until
 from ansible_collections.gpufleet.numa.tests.fixtures import gateway_render
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -72,17 +72,7 @@ def run_haproxy(processes, name, config, stats_port, servers):
 
 def server_rows(stats_port, backend=None):
     """{server name: its row of HAProxy's statistics CSV}."""
-    status, dummy, body = http_request(ADDRESS, stats_port, "GET", "/stats;csv", timeout=2.0)
-    assert status == 200
-    lines = body.decode().splitlines()
-    header = lines[0].lstrip("# ").split(",")
-    rows = {}
-    for line in lines[1:]:
-        row = dict(zip(header, line.split(",")))
-        if row.get("pxname", "").startswith("model-") and row["svname"] not in ("FRONTEND", "BACKEND") and (
-                backend is None or row["pxname"] == backend):
-            rows[row["svname"]] = row
-    return rows
+    return haproxy_server_rows(ADDRESS, stats_port, backend=backend)
 
 
 @pytest.fixture(scope="module")
