@@ -106,9 +106,10 @@ def tiny_model(venv, cache):
 
 
 def start_engines(processes, args, venv, model):
-    """Start INSTANCES engines at once, each on its own CPU; wait until each
-    answers a real completion (its /health answers before its engine core
-    has served anything). Returns their ports."""
+    """Start INSTANCES engines at once, each bound to one CPU of this machine
+    in turn (more engines than CPUs share them); wait until each answers a
+    real completion (its /health answers before its engine core has served
+    anything). Returns their ports."""
     cpus = sorted(os.sched_getaffinity(0))
     max_len = args.prompt_tokens + 256
     ports = []
