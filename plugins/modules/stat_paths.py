@@ -94,10 +94,6 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.facts.namespace import PrefixFactNamespace
-from ansible.module_utils.facts.system.distribution import DistributionFactCollector
-from ansible.module_utils.facts.system.platform import PlatformFactCollector
-from ansible.module_utils.facts.system.service_mgr import ServiceMgrFactCollector
 
 GLOB_CHARACTERS = "*?["
 
@@ -171,7 +167,13 @@ def stat_paths(paths, checksum_max_bytes):
 def service_manager(module):
     """The service manager, as setup's service_mgr subset gathers it: the
     platform and distribution facts first (the collector reads them where
-    PID 1 does not say), then the service manager's own collector."""
+    PID 1 does not say), then the service manager's own collector.
+    Imported here: a look that does not ask for it compiles none of them."""
+    from ansible.module_utils.facts.namespace import PrefixFactNamespace
+    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+    from ansible.module_utils.facts.system.platform import PlatformFactCollector
+    from ansible.module_utils.facts.system.service_mgr import ServiceMgrFactCollector
+
     namespace = PrefixFactNamespace(namespace_name="ansible", prefix="ansible_")
     collected = {}
     for collector in (PlatformFactCollector, DistributionFactCollector, ServiceMgrFactCollector):
