@@ -38,6 +38,14 @@ options:
         larger ones (a program such as C(python3)) get none.
     type: int
     default: 1048576
+  service_mgr:
+    description:
+      - Also gather the host's service manager, as M(ansible.builtin.setup) does with O(ansible.builtin.setup#module:gather_subset)
+        V(service_mgr) (the same fact collector, with the platform and distribution it reads), and return it as the
+        fact C(service_mgr). Role C(gpufleet.numa.vllm) asks for it where C(vllm_manage_service=auto) decides by it,
+        so that its look at the host needs no separate M(ansible.builtin.setup) call.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - gpufleet.numa.read_only
 attributes:
@@ -67,6 +75,15 @@ files:
   type: list
   elements: dict
   sample: [{"path": "/etc/vllm", "mode": "0755", "isdir": true, "isreg": false, "islnk": false}]
+ansible_facts:
+  description: With O(service_mgr), the host's service manager as M(ansible.builtin.setup) names it.
+  returned: when O(service_mgr) is true
+  type: dict
+  contains:
+    service_mgr:
+      description: The service manager (V(systemd), V(sysvinit), ..., V(service) when none is recognised).
+      type: str
+      sample: systemd
 """
 
 import fnmatch
@@ -147,10 +164,28 @@ def stat_paths(paths, checksum_max_bytes):
     return [found[path] for path in sorted(found)]
 
 
+def service_manager(module):
+    """The service manager, as setup's service_mgr subset gathers it: the
+    platform and distribution facts first (the collector reads them where
+    PID 1 does not say), then the service manager's own collector.
+    Imported here: a look that does not ask for it compiles none of them."""
+    from ansible.module_utils.facts.namespace import PrefixFactNamespace
+    from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+    from ansible.module_utils.facts.system.platform import PlatformFactCollector
+    from ansible.module_utils.facts.system.service_mgr import ServiceMgrFactCollector
+
+    namespace = PrefixFactNamespace(namespace_name="ansible", prefix="ansible_")
+    collected = {}
+    for collector in (PlatformFactCollector, DistributionFactCollector, ServiceMgrFactCollector):
+        collected.update(collector(namespace=namespace).collect_with_namespace(module=module, collected_facts=collected))
+    return collected.get("ansible_service_mgr")
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(
         paths=dict(type="list", elements="str", required=True),
         checksum_max_bytes=dict(type="int", default=1048576),
+        service_mgr=dict(type="bool", default=False),
     ), supports_check_mode=True)
     if module.params["checksum_max_bytes"] < 0:
         module.fail_json(msg="checksum_max_bytes: must be at least 0 (got %d)" % module.params["checksum_max_bytes"])
@@ -158,7 +193,10 @@ def main():
         files = stat_paths(module.params["paths"], module.params["checksum_max_bytes"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, files=files)
+    result = dict(changed=False, files=files)
+    if module.params["service_mgr"]:
+        result["ansible_facts"] = {"service_mgr": service_manager(module)}
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,10 @@ def test_no_other_fact_carries_the_run_between_plays():
             text = json.dumps(task)
             assert not re.search(r"__gpufleet_run_(?!now\b)\w+", text), (source, task["name"])
             if "ansible.builtin.set_fact" in task and task.get("delegate_facts"):
+                if list(task["ansible.builtin.set_fact"]) == ["__gpufleet_host_run"]:
+                    # Each GPU host's share, set on that host (not the controller's).
+                    assert task["delegate_to"] == "{{ %s }}" % task["loop_control"]["loop_var"], (source, task["name"])
+                    continue
                 if list(task["ansible.builtin.set_fact"]) == ["__gpufleet_state"]:
                     stores.append(source)
                     assert task.get("no_log") is True and task.get("run_once") is True, (source, task["name"])
@@ -100,6 +104,12 @@ def test_per_host_tasks_read_their_slice_not_the_fleet():
     shares = [task for _source, task in tasks("deploy_inference.yml")
               if "gpufleet.numa.run_host(" in json.dumps(task.get("ansible.builtin.set_fact", ""))]
     assert [list(task["ansible.builtin.set_fact"]) for task in shares] == [["__gpufleet_host_run"]]
+    # One task for the batch, each host's fact set on that host: no task
+    # result and no worker process per host.
+    (share,) = shares
+    assert (share["run_once"], share["delegate_facts"], share["loop"]) == (True, True, "{{ ansible_play_batch }}")
+    assert share["delegate_to"] == "{{ %s }}" % share["loop_control"]["loop_var"]
+    assert "(%s)" % share["loop_control"]["loop_var"] in share["ansible.builtin.set_fact"]["__gpufleet_host_run"]
     assert roles["gpufleet.numa.vllm"]["when"] == "__gpufleet_host_run.deploys"
     assert vllm["vllm_instances"] == "{{ __gpufleet_host_run.slice.instances }}"
     assert vllm["vllm_gateway_backends"] == "{{ __gpufleet_host_run.slice.drain_servers }}"

@@ -64,7 +64,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan, secrets_file
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import stale_candidates
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import after_write, stale_candidates
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, check_variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import layout
 
@@ -135,7 +135,7 @@ def host_units(instances, variables):
      engine (what the install installs and every unit records), pip
      (extra_args of the install, packages removed after it), packages
      (distribution packages), download,
-     manage_service, managed_marker and managed_first_line (the first line
+     manage_service, after_write (what the role includes once it wrote), managed_marker and managed_first_line (the first line
      of every file the role writes, and what finds it), variables (checked)}.
     """
     # The instances first: their device class decides what the variables may be.
@@ -165,6 +165,7 @@ def host_units(instances, variables):
     agents = agent_units(v, units)
     files = _files(units, agents, v, existing, helpers[0]["path"])
     directories = _directories(v, existing)
+    stale = stale_candidates(existing, files, (v["vllm_unit_dir"], v["vllm_config_dir"]), v["vllm_unit_prefix"])
     return {
         "units": units,
         "files": files,
@@ -174,14 +175,14 @@ def host_units(instances, variables):
         # A directory that is as planned has nothing to compare: left out,
         # it costs the write task nothing.
         "writes": [d for d in directories if not d["as_planned"]] + helpers + files,
-        "stale_candidates": stale_candidates(existing, files, (v["vllm_unit_dir"], v["vllm_config_dir"]),
-                                             v["vllm_unit_prefix"]),
+        "stale_candidates": stale,
         "install": install,
         "engine": engine_label(v),
         "pip": pip_install(v),
         "packages": distribution_packages(v),
         "download": download,
         "manage_service": v["manage_service"],
+        "after_write": after_write(stale, download["needed"], v["manage_service"]),
         # The first line of every file the role writes, and what finds it (the stale-file cleanup).
         "managed_marker": MANAGED_MARKER,
         "managed_first_line": layout.managed_first_line(),

@@ -5,7 +5,8 @@
 which files it wrote before and no longer plans (stale_candidates,
 stale_files), which directories and files it writes (write_needed, called
 by the vllm_files action with the content's sha1), whether it gathers the
-service manager first (wants_service_manager), which instances restart
+service manager first (wants_service_manager), what it does once it wrote
+(after_write), which instances restart
 because their files changed or the engine was installed anew
 (restarting_instances), what each host rolls in which ordinal
 (host_rollout) and what the host runs once the role succeeded
@@ -69,6 +70,19 @@ def write_needed(entry, content_sha1=None):
     if entry["kind"] == "directory":
         return False
     return content_sha1 != entry.get("checksum")
+
+
+def after_write(stale_candidates, download_needed, manage_service):
+    """What role vllm does once it wrote (tasks/after_write.yml): {steps,
+    include}. steps: the task files it includes first, in order, each only
+    when there is something to do: cleanup (the look saw files of the
+    role's names that the plan does not have), then download (the model is
+    not in HF_HOME yet); include: whether it includes tasks/after_write.yml
+    at all (a step, or the service it manages: start and roll the units).
+    A rerun with nothing to clean, download or start runs one skipped task
+    for all of it."""
+    steps = (["cleanup"] if stale_candidates else []) + (["download"] if download_needed else [])
+    return {"steps": steps, "include": bool(steps) or bool(manage_service)}
 
 
 def wants_service_manager(manage_service, service_mgr):

@@ -57,19 +57,23 @@ def looked_at(tree):
             str(tree / "etc" / "missing")]
 
 
-def find(paths, patterns):
-    """ansible.builtin.find's files, from the real module on localhost."""
+def run_module(name, args):
+    """The result of module NAME with ARGS, run by the real `ansible` command on localhost."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(fixture_paths.REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    args = json.dumps({"paths": paths, "patterns": patterns, "file_type": "any", "hidden": True,
-                       "get_checksum": True})
     out = subprocess.run([os.path.join(fixture_paths.REPO, ".venv", "bin", "ansible"), "localhost", "-c", "local",
-                          "-i", "localhost,", "-m", "ansible.builtin.find", "-a", args,
+                          "-i", "localhost,", "-m", name, "-a", json.dumps(args),
                           "-e", "ansible_python_interpreter=" + sys.executable],
                          capture_output=True, text=True, check=False, timeout=120, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    result = json.loads(out.stdout.split(" => ", 1)[1])
+    return json.loads(out.stdout.split(" => ", 1)[1])
+
+
+def find(paths, patterns):
+    """ansible.builtin.find's files, from the real module on localhost."""
+    result = run_module("ansible.builtin.find", {"paths": paths, "patterns": patterns, "file_type": "any",
+                                                 "hidden": True, "get_checksum": True})
     return dict((entry["path"], entry) for entry in result["files"])
 
 
@@ -114,3 +118,13 @@ def test_links_are_not_followed_and_programs_are_marked(tree):
 def test_bad_paths_are_refused_naming_the_rule(path, message):
     with pytest.raises(ValueError, match="^paths: .*" + message.replace("(", "\\(")):
         stat_paths.stat_paths([path], 0)
+
+
+def test_service_mgr_is_what_setup_gathers_and_only_when_asked(tree):
+    """Role vllm's look also gathers the service manager where it decides:
+    the same fact as setup's service_mgr subset, in the same module call."""
+    setup = run_module("ansible.builtin.setup", {"gather_subset": ["!all", "!min", "service_mgr"]})
+    looked = run_module("gpufleet.numa.stat_paths", {"paths": [str(tree / "etc" / "vllm")], "service_mgr": True})
+    assert looked["ansible_facts"] == {"service_mgr": setup["ansible_facts"]["ansible_service_mgr"]}
+    assert [entry["path"] for entry in looked["files"]] == [str(tree / "etc" / "vllm")]
+    assert "ansible_facts" not in run_module("gpufleet.numa.stat_paths", {"paths": [str(tree / "etc" / "vllm")]})

@@ -63,10 +63,12 @@ def test_no_python_for_the_download_is_named_with_the_host():
     result = host_state.host_units([INSTANCE], dict(variables, existing=programs + [python],
                                                     vllm_download_python="/usr/bin/python3"))
     assert result["download"]["needed"] is True
+    assert result["after_write"] == {"steps": ["download"], "include": True}
     # Cached: no Python needed.
     cached = {"path": SNAPSHOTS + "/" + COMMIT, "isdir": True}
     result = host_state.host_units([INSTANCE], dict(variables, existing=programs + [cached]))
     assert result["download"]["needed"] is False
+    assert result["after_write"] == {"steps": [], "include": result["manage_service"]}
 
 
 def test_the_result_holds_what_the_filter_documents_and_nothing_more():

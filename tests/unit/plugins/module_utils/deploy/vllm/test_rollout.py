@@ -217,3 +217,13 @@ def test_deployed_record_refuses_a_unit_without_its_sha1():
     with pytest.raises(ValueError, match=r"^written: must hold the content_sha1 of every unit "
                                          r"\(got none for gpufleet-vllm-1.service\)$"):
         rollout.deployed_record(RESULT["units"], unit_results(texts), RESULT["engine"])
+
+
+def test_after_write_includes_each_step_only_when_there_is_something_to_do():
+    """Cleanup before the download, each only when needed; the file is
+    included at all only for a step or the service the role manages."""
+    assert rollout.after_write(["/etc/vllm/old.yaml"], True, False) == {"steps": ["cleanup", "download"],
+                                                                         "include": True}
+    assert rollout.after_write([], True, False) == {"steps": ["download"], "include": True}
+    assert rollout.after_write([], False, True) == {"steps": [], "include": True}
+    assert rollout.after_write([], False, False) == {"steps": [], "include": False}
