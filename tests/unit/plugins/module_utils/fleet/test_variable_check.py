@@ -116,7 +116,8 @@ def test_the_names_the_playbooks_read_are_known():
     for path in list((REPO / "playbooks").rglob("*.yml")) + list((REPO / "inventories").rglob("*.yml")):
         used.update(re.findall(r"(?<![\w.])((?:gpufleet|vllm|gateway|numa|audit)_[a-z0-9_]+)\b(?!\.yml)", path.read_text()))
     plugins = set(p.stem for d in ("filter", "modules", "lookup") for p in (REPO / "plugins" / d).glob("*"))
-    not_variables = plugins | {"gpufleet_leaving", "gpufleet_gateway_rollout", "gpufleet_record", "gateway_configured"} | set(
+    not_variables = plugins | {"gpufleet_leaving", "gpufleet_gateway_rollout", "gpufleet_record", "gateway_configured",
+                               "gpufleet_unplannable"} | set(
         variable_check.FACTS)
     assert sorted(used - known - not_variables) == []
 
