@@ -644,7 +644,7 @@ PLACES = {
     "gateway_check_interval": [("backend %s" % LLAMA_BACKEND, ("default-server",), 3, lambda v: v["gateway_check_interval"])],
     "gateway_check_fall": [("backend %s" % LLAMA_BACKEND, ("default-server",), 5, lambda v: str(v["gateway_check_fall"]))],
     "gateway_check_rise": [("backend %s" % LLAMA_BACKEND, ("default-server",), 7, lambda v: str(v["gateway_check_rise"]))],
-    "gateway_server_maxconn": [("backend %s" % LLAMA_BACKEND, ("default-server",), 9, lambda v: str(v["gateway_server_maxconn"]))],
+    "gateway_server_maxconn": [("backend %s" % LLAMA_BACKEND, ("default-server",), 11, lambda v: str(v["gateway_server_maxconn"]))],
     "gateway_timeout_connect": [timeout("connect")],
     "gateway_timeout_client": [timeout("client")],
     "gateway_timeout_server": [timeout("server")],
