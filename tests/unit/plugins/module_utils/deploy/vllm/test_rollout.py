@@ -222,8 +222,8 @@ def test_deployed_record_refuses_a_unit_without_its_sha1():
 def test_after_write_includes_each_step_only_when_there_is_something_to_do():
     """Cleanup before the download, each only when needed; the file is
     included at all only for a step or the service the role manages."""
-    assert rollout.after_write(["/etc/vllm/old.yaml"], True, False) == {"steps": ["cleanup", "download"],
-                                                                         "include": True}
+    both = {"steps": ["cleanup", "download"], "include": True}
+    assert rollout.after_write(["/etc/vllm/old.yaml"], True, False) == both
     assert rollout.after_write([], True, False) == {"steps": ["download"], "include": True}
     assert rollout.after_write([], False, True) == {"steps": [], "include": True}
     assert rollout.after_write([], False, False) == {"steps": [], "include": False}
