@@ -251,8 +251,7 @@ def agent_units(v, units):
     whose weights the agent answers from /run/PREFIXagent-weights/. Each
     with restart_on: the files whose change restarts its running unit (the
     socket's per-connection service reads its files afresh each time)."""
-    healths = [unit["health_url"] for unit in units if unit["health_url"]]
-    if not healths:
+    if not any(unit["health_url"] for unit in units):
         return []
     host = v["vllm_listen_host"]
     listen = "%s:%d" % ("[%s]" % host if ":" in host else host, agent.AGENT_PORT)
@@ -274,16 +273,10 @@ def agent_units(v, units):
     ]
     if reader:
         path = "%s/%s%s" % (v["vllm_unit_dir"], prefix, AGENT_READER)
-        # The reader reaches the instances' /metrics only (loopback, or the
-        # listen address); a listen name resolves to any address: no list.
-        hosts = unique(health.split("//", 1)[1].rsplit(":", 1)[0].strip("[]") for health in healths)
-        addresses = ["localhost"] + [h for h in hosts if checks.address_scope(h) == "other"]
-        if any(not _is_ip(h) for h in hosts):
-            addresses = []
         found.append(
             {"name": prefix + AGENT_READER, "path": path, "template": "agent-weights.service.j2", "header": header,
              "command": ["%s/%s" % (libexec, AGENT_WEIGHTS), "/run/" + prefix, weights, str(agent.AGENT_INTERVAL)],
-             "runtime_directory": prefix + agent.WEIGHTS, "ip_address_allow": addresses,
+             "runtime_directory": prefix + agent.WEIGHTS, "ip_address_allow": _reader_allow(host),
              "hardening": v["vllm_hardening"],
              "description": "gpufleet.numa: the engines' load for the gateways' agent (vLLM /metrics, every %ds)"
                             % agent.AGENT_INTERVAL,
@@ -291,12 +284,16 @@ def agent_units(v, units):
     return found
 
 
-def _is_ip(value):
+def _reader_allow(host):
+    """IPAddressAllow= of the load reader, which reaches the instances'
+    /metrics only: loopback, and the listen address where it is another IP
+    (health_url); [] where the listen host is a name (it resolves to any
+    address)."""
     try:
-        ipaddress.ip_address(value)
-        return True
+        address = str(ipaddress.ip_address(host))
     except ValueError:
-        return False
+        return []
+    return ["localhost"] + ([address] if checks.address_scope(address) == "other" else [])
 
 
 def _description(inst):

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 
 import jinja2
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.gateway import agent
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import command
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.tests.system.fleet_processes import wait_until
 
 FILES = os.path.join(fixture_paths.REPO, "roles", "vllm", "files")
 TEMPLATES = os.path.join(fixture_paths.REPO, "roles", "vllm", "templates")
@@ -302,9 +302,9 @@ def test_the_reader_keeps_reading_until_stopped(tmp_path):
         reader = subprocess.Popen([os.path.join(FILES, command.AGENT_WEIGHTS), str(tmp_path) + "/gpufleet-",
                                    str(weights), "0.2"])
         target = weights / "vllm-0"
-        fleet_wait(lambda: target.exists() and target.read_text() == "55%\n", "the first weight")
+        wait_until(lambda: target.exists() and target.read_text() == "55%\n", 15, what="the first weight")
         engine.text = metrics(waiting=12)
-        fleet_wait(lambda: target.exists() and target.read_text() == "32%\n", "the next weight")
+        wait_until(lambda: target.exists() and target.read_text() == "32%\n", 15, what="the next weight")
     finally:
         if reader is not None:
             reader.terminate()
@@ -315,8 +315,22 @@ def test_the_reader_keeps_reading_until_stopped(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("usage: gpufleet-agent-weights"), bad.stderr
 
 
-def fleet_wait(predicate, what, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting for " + what
-        time.sleep(0.05)
+def test_the_drain_waits_for_the_engines_requests_it_reads_from_metrics(tmp_path):
+    """The stop's drain reads running and waiting requests with the agent's
+    own /metrics reader: it waits while any are left, SECONDS at most."""
+    engine = MetricsServer()
+    try:
+        state = os.path.join(FILES, command.AGENT_STATE)
+        environment = dict(os.environ, MAINPID="1")
+
+        def drain(seconds):
+            return subprocess.run(["/usr/bin/time", "-f", "%e", state, "drain", str(tmp_path / "agent"), engine.url,
+                                   "0", str(seconds)], capture_output=True, text=True, timeout=30, env=environment,
+                                  check=True).stderr
+        engine.text = metrics(waiting=1, running=2)
+        busy = drain(2)
+        assert "3 request(s) still in flight after 2 s" in busy and float(busy.splitlines()[-1]) >= 2.0, busy
+        engine.text = metrics(waiting=0, running=0)
+        assert float(drain(20).splitlines()[-1]) < 2.0
+    finally:
+        engine.close()
