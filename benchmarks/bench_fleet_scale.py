@@ -59,8 +59,14 @@ PR_SET_CHILD_SUBREAPER = 36   # prctl(2)
 # Counts what each host ran, by role (a loop is one result, an include one),
 # keeps the recap per host and each task's wall time.
 CALLBACK = '''
-import json, os, time
+import json, os, resource, time
 from ansible.plugins.callback import CallbackBase
+
+
+def cpu_now():
+    """CPU so far of this process and of the workers it reaped."""
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
 class CallbackModule(CallbackBase):
@@ -75,10 +81,13 @@ class CallbackModule(CallbackBase):
         self.tasks = []
 
     def _mark(self, name):
-        now = time.monotonic()
+        # Wall and CPU from this task's start to the next one's (a worker's
+        # CPU counts once it is reaped, so some of it falls to the next task).
+        now, cpu = time.monotonic(), cpu_now()
         if self.tasks:
             self.tasks[-1][1] = now - self.tasks[-1][1]
-        self.tasks.append([name, now])
+            self.tasks[-1][2] = cpu - self.tasks[-1][2]
+        self.tasks.append([name, now, cpu])
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._mark(task.get_name())
@@ -366,7 +375,7 @@ def main(argv=None):
                         help="an environment variable for ansible-playbook (e.g. ANSIBLE_DISPLAY_OK_HOSTS=false)")
     parser.add_argument("--serial", help="gpufleet_rollout_hosts_at_once (default 100%%)")
     parser.add_argument("--tasks", type=int, default=0, metavar="N",
-                        help="also print the N slowest tasks of each rerun (wall time over all hosts)")
+                        help="also print the N costliest tasks of each rerun (CPU and wall time over all hosts)")
     args = parser.parse_args(argv)
     subreaper = become_subreaper()
     counts = [2, 4] if args.quick else args.hosts
@@ -387,8 +396,9 @@ def main(argv=None):
         rows.append(row)
         print(report_row(row))
         if args.tasks:
-            for name, seconds in sorted(row["rerun"]["tasks"], key=lambda t: -t[1])[:args.tasks]:
-                print("       %6.1f s  %s" % (seconds, name))
+            print("       the rerun's slowest tasks: wall s, CPU s (all hosts)")
+            for name, seconds, cpu in sorted(row["rerun"]["tasks"], key=lambda t: -t[2])[:args.tasks]:
+                print("       %6.1f s %6.1f s  %s" % (seconds, cpu, name))
         sys.stdout.flush()
     for line in report_growth(rows) + report_goals(rows):
         print(line)
