@@ -14,8 +14,9 @@ description:
     source (no bytecode cache) in each of them; looking up any one
     C(gpufleet.numa) filter loads every filter file of the collection and
     the code they import.
-  - This callback loads them once in the main process, so that each
-    worker inherits them instead of compiling them again, which saves
+  - This callback loads them once in the main process, with the roles'
+    defaults and argument specs they read, so that each worker inherits
+    them instead of compiling and parsing them again, which saves
     controller CPU on every task of every host (figures in the
     deployment guide, docs/deploy.md).
   - It changes no result and prints nothing. Enable it with
@@ -48,3 +49,6 @@ class CallbackModule(CallbackBase):
         from ansible_collections.gpufleet.numa.plugins import action
         for found in pkgutil.iter_modules(action.__path__):
             action_loader.get("%s.%s" % (COLLECTION, found.name), class_only=True)
+        # The roles' defaults and argument specs, which per-host filters read.
+        from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
+        role_files.preload()

@@ -8,6 +8,8 @@ would take them over those defaults."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 
 import yaml
@@ -21,9 +23,29 @@ ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
 ROLES = ("vllm", "gateway")
 
 
-def _load(role, *parts):
-    with open(os.path.join(ROLES_DIR, role, *parts), encoding="utf-8") as handle:
+# The files _load reads; preload() parses them before Ansible forks its workers.
+ROLE_FILES = (("defaults", "main.yml"), ("meta", "argument_specs.yml"))
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path):
+    # Parsed once per process (a worker inherits the controller's): every
+    # per-host filter that reads a role's defaults parsed them again.
+    with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle) or {}
+
+
+def _load(role, *parts):
+    """The role file as parsed, a copy of its own (the caller may change it)."""
+    return copy.deepcopy(_parsed(os.path.join(ROLES_DIR, role, *parts)))
+
+
+def preload():
+    """Parse every role file _load reads (the preload callback calls this
+    in the controller's main process)."""
+    for role in ROLES:
+        for parts in ROLE_FILES:
+            _load(role, *parts)
 
 
 def spec_names():
