@@ -65,9 +65,24 @@ def check_units(units):
     return out
 
 
+def planned_args(args):
+    """ARGS with planned (preflight_units' result, whole) made into units and numactl_installed_by_role."""
+    if "planned" not in args:
+        return args
+    given = sorted(key for key in ("units", "numactl_installed_by_role") if key in args)
+    if given:
+        raise ValueError("planned: give the gpufleet.numa.preflight_units filter's result whole, or %s, not both"
+                         % " and ".join(given))
+    planned = args.pop("planned")
+    if not isinstance(planned, dict) or set(planned) != {"units", "numactl_installed_by_role"}:
+        raise ValueError("planned: must be what the gpufleet.numa.preflight_units filter returns "
+                         "({units, numactl_installed_by_role}), got %s" % show(planned))
+    return dict(args, **planned)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(MODULE_ARGS + ("capture", "numactl_installed_by_role"))
+    _VALID_ARGS = frozenset(MODULE_ARGS + ("capture", "numactl_installed_by_role", "planned"))
 
     def _resolve_capture(self, capture):
         """Absolute path of the file on the controller, or None."""
@@ -79,6 +94,7 @@ class ActionModule(ActionBase):
         result["changed"] = False
         args = dict(self._task.args)
         try:
+            args = planned_args(args)
             units = check_units(args.get("units"))
         except ValueError as exc:
             return dict(result, failed=True, msg=to_text(exc))

@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters that make and advance a deploy run (docs/deploy.md, "One run"):
-run_proposed, run_loaded, run_refused, run_host, run_converged, run_removed,
+run_proposed, run_loaded, run_refused, run_host, run_shares, run_converged, run_removed,
 run_routed, run_configured, run_plan_lines, run_report and
 unplannable_messages. Each reads what Ansible holds
 (hostvars, the play's hosts) into plain values and makes one call into
@@ -126,6 +126,13 @@ def _host(run, host):
     return fleet_run.host_share(_run(run), str(host))
 
 
+def _shares(run, hosts):
+    # One pass over the run for the whole batch: a run_host per host reads
+    # the whole run once per host (the run's CPU grows with the square of the fleet).
+    run = _run(run)
+    return [{"host": host, "share": fleet_run.host_share(run, host)} for host in host_list("hosts", hosts)]
+
+
 def _routed(run, hostvars):
     run = _run(run)
     return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), run["fleet"]))
@@ -157,6 +164,8 @@ FILTERS = {
     "run_removed": _removed,
     # run | run_host(inventory_hostname): {slice, deploys}, taken once per host
     "run_host": _host,
+    # run | run_shares(ansible_play_batch): [{host, share}], each share as run_host's, in one pass
+    "run_shares": _shares,
     # run | run_routed(hostvars): the gateway's backends from the record
     "run_routed": _routed,
     "run_configured": _configured,

@@ -107,6 +107,12 @@ options:
         numactl is then C(info), not C(critical). Read by the action plugin.
     type: bool
     default: false
+  planned:
+    description:
+      - What the C(gpufleet.numa.preflight_units) filter returns for the host, whole (C(units) and
+        C(numactl_installed_by_role)), instead of those two options; the filter is then evaluated once. Read by the
+        action plugin. Mutually exclusive with O(units) and O(numactl_installed_by_role).
+    type: dict
   nvml:
     description: Read persistence mode through NVML when C(pynvml) imports on the target.
     type: bool
@@ -139,7 +145,7 @@ seealso:
 EXAMPLES = r"""
 - name: Check each host before the deploy changes anything
   gpufleet.numa.numa_preflight:
-    units: "{{ hostvars | gpufleet.numa.preflight_units(inventory_hostname, plan) }}"
+    planned: "{{ hostvars | gpufleet.numa.preflight_units(inventory_hostname, plan) }}"
   register: preflight
   become: true
 
@@ -235,11 +241,13 @@ ARGUMENT_SPEC = dict(
     nvidia_smi=dict(type="str", default="nvidia-smi"),
     timeout=dict(type="int", default=COMMAND_TIMEOUT),
     record=dict(type="bool", default=False),
+    planned=dict(type="dict"),
 )
+MUTUALLY_EXCLUSIVE = [("planned", "units"), ("planned", "numactl_installed_by_role")]
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=MUTUALLY_EXCLUSIVE, supports_check_mode=True)
     params = module.params
     if params["capture"]:
         module.fail_json(msg="capture=%s must be replayed on the controller by the gpufleet.numa.numa_preflight "

@@ -42,8 +42,8 @@ def tasks(playbook):
 
 def _events(playbook):
     return [(source, task) for source, task in tasks(playbook)
-            # run_report, run_plan_lines and run_host read the run, they do not advance it
-            if re.search(r"gpufleet\.numa\.run_(?!report|plan_lines|host)", json.dumps(task))]
+            # run_report, run_plan_lines, run_host and run_shares read the run, they do not advance it
+            if re.search(r"gpufleet\.numa\.run_(?!report|plan_lines|host|shares)", json.dumps(task))]
 
 
 def test_the_run_is_made_and_advanced_by_the_run_filters_once_per_play_on_the_controller():
@@ -79,7 +79,7 @@ def test_no_other_fact_carries_the_run_between_plays():
             if "ansible.builtin.set_fact" in task and task.get("delegate_facts"):
                 if list(task["ansible.builtin.set_fact"]) == ["__gpufleet_host_run"]:
                     # Each GPU host's share, set on that host (not the controller's).
-                    assert task["delegate_to"] == "{{ %s }}" % task["loop_control"]["loop_var"], (source, task["name"])
+                    assert task["delegate_to"] == "{{ %s.host }}" % task["loop_control"]["loop_var"], (source, task["name"])
                     continue
                 if list(task["ansible.builtin.set_fact"]) == ["__gpufleet_state"]:
                     stores.append(source)
@@ -97,19 +97,22 @@ def test_per_host_tasks_read_their_slice_not_the_fleet():
     the gateway's backends are computed once, in the run."""
     roles = dict((task["role"], task) for _source, task in tasks("deploy_inference.yml") if "role" in task)
     vllm = roles["gpufleet.numa.vllm"]["vars"]
-    # The vllm play takes each host's share of the run once (run_host), and
+    # The vllm play takes each host's share of the run once (run_shares), and
     # the role and its `when` (evaluated for every task of the role) read
     # only that host fact: a read of the run through hostvars costs a pass
     # over every fact of the controller.
     shares = [task for _source, task in tasks("deploy_inference.yml")
-              if "gpufleet.numa.run_host(" in json.dumps(task.get("ansible.builtin.set_fact", ""))]
+              if "__gpufleet_host_run" in task.get("ansible.builtin.set_fact", {})]
     assert [list(task["ansible.builtin.set_fact"]) for task in shares] == [["__gpufleet_host_run"]]
     # One task for the batch, each host's fact set on that host: no task
-    # result and no worker process per host.
+    # result and no worker process per host; every share taken from the run
+    # in one pass, when the loop is templated, so that no item reads the run.
     (share,) = shares
-    assert (share["run_once"], share["delegate_facts"], share["loop"]) == (True, True, "{{ ansible_play_batch }}")
-    assert share["delegate_to"] == "{{ %s }}" % share["loop_control"]["loop_var"]
-    assert "(%s)" % share["loop_control"]["loop_var"] in share["ansible.builtin.set_fact"]["__gpufleet_host_run"]
+    item = share["loop_control"]["loop_var"]
+    assert (share["run_once"], share["delegate_facts"], share["loop"]) == (
+        True, True, "{{ __gpufleet_run_now | gpufleet.numa.run_shares(ansible_play_batch) }}")
+    assert share["delegate_to"] == "{{ %s.host }}" % item
+    assert share["ansible.builtin.set_fact"]["__gpufleet_host_run"] == "{{ %s.share }}" % item
     assert roles["gpufleet.numa.vllm"]["when"] == "__gpufleet_host_run.deploys"
     assert vllm["vllm_instances"] == "{{ __gpufleet_host_run.slice.instances }}"
     assert vllm["vllm_gateway_backends"] == "{{ __gpufleet_host_run.slice.drain_servers }}"

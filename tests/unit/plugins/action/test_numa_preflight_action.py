@@ -4,7 +4,8 @@
 """The numa_preflight action plugin in real ad-hoc runs: a host with
 numa_capture is replayed without being contacted (and capture="" reads it
 live anyway); the findings are worked out on the controller; units of the
-wrong shape are refused by name."""
+wrong shape are refused by name; the preflight_units filter's result is
+taken whole (planned), never beside units."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
+
+from ansible_collections.gpufleet.numa.plugins.action.numa_preflight import planned_args
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
@@ -75,3 +79,19 @@ def test_adhoc_live_local_host_and_bad_units(tmp_path):
     assert all(set(f) == {"check", "severity", "subject", "message", "fix"} for f in got["findings"])
     rc, out = adhoc(inventory, {"capture": "", "units": [{"name": "vllm-0", "mems": "0"}]}, REPO)
     assert rc != 0 and "units[0].cpus: is required" in out, out
+    rc, out = adhoc(inventory, {"capture": "", "planned": {"units": [unit], "numactl_installed_by_role": True}}, REPO)
+    assert rc == 0, out
+    assert result(out)["readings"]["probes"][0]["instance"] == "vllm-0"
+
+
+def test_planned_is_the_filters_result_whole_and_never_beside_its_parts():
+    planned = {"units": [{"name": "vllm-0"}], "numactl_installed_by_role": True}
+    assert planned_args({"planned": planned, "timeout": 5}) == dict(planned, timeout=5)
+    assert planned_args({"units": []}) == {"units": []}
+    with pytest.raises(ValueError, match="or numactl_installed_by_role, not both"):
+        planned_args({"planned": planned, "numactl_installed_by_role": False})
+    with pytest.raises(ValueError, match="or numactl_installed_by_role and units, not both"):
+        planned_args({"planned": planned, "units": [], "numactl_installed_by_role": False})
+    for wrong in ([], {"units": []}, dict(planned, extra=1)):
+        with pytest.raises(ValueError, match="must be what the gpufleet.numa.preflight_units filter returns"):
+            planned_args({"planned": wrong})

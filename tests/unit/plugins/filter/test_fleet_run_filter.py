@@ -30,3 +30,13 @@ def test_a_host_the_role_did_not_run_on_is_not_converged_by_an_earlier_runs_outp
     converged = FILTERS["run_converged"](run, variables, FLEET)
     assert converged["converged"] == ["h100"]
     assert sorted(converged["record"]["hosts"]) == ["h100"]
+
+
+def test_the_shares_of_a_batch_are_each_hosts_run_host_in_the_batchs_order(facts):
+    run = FILTERS["run_refused"](propose(facts), {"rtx4090": "host rtx4090: refused"})
+    batch = ["rtx4090", "h100"]
+    assert FILTERS["run_shares"](run, batch) == [
+        {"host": host, "share": FILTERS["run_host"](run, host)} for host in batch]
+    assert [share["share"]["deploys"] for share in FILTERS["run_shares"](run, batch)] == [False, True]
+    with pytest.raises(Exception, match="gpufleet.numa.run_shares: host gw has no slice"):
+        FILTERS["run_shares"](run, ["h100", "gw"])
