@@ -4,8 +4,9 @@
 """Action for gpufleet.numa.vllm_files: role vllm's writes, only what differs, in one module call.
 
 On the controller: renders each entry's template (the role's templates, as
-the template lookup renders them, with the task's variables and the entry
-as __vllm_file) or reads its helper program (the role's files), and asks
+the template lookup renders them, with the variables they read,
+TEMPLATE_VARIABLES, the entry as __vllm_file) or reads its helper program
+(the role's files), and asks
 module_utils/deploy/vllm/rollout.py write_needed whether the host's copy
 (stat_paths's mode, owner and sha1, carried in the entry) differs. What
 does not differ is skipped without a word to the host; what does is sent
@@ -34,6 +35,12 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import 
 # that looks like YAML would come back as data), deprecated from 2.19 on
 # (it always returns the text).
 _TEMPLATE_OPTIONS = {} if tuple(int(p) for p in ANSIBLE_CORE_VERSION.split(".")[:2]) >= (2, 19) else {"convert_data": False}
+
+# What the role's templates read: what role vllm works out (__vllm, from
+# vllm_units) and the two secrets. The template lookup copies the variables
+# it is given for each template; the task's own (every fact and variable of
+# the host) made that copy most of a rerun's cost of this task.
+TEMPLATE_VARIABLES = ("__vllm", "vllm_api_key", "vllm_hf_token")
 
 KINDS = ("directory", "copy", "template")
 SOURCE = {"copy": "src", "template": "template"}
@@ -115,5 +122,9 @@ class ActionModule(ActionBase):
                 return to_text(source.read(), errors="surrogate_or_strict")
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
                                                            templar=self._templar)
-        (text,) = lookup.run([entry["template"]], variables=dict(task_vars, __vllm_file=entry), **_TEMPLATE_OPTIONS)
+        variables = dict((name, task_vars[name]) for name in TEMPLATE_VARIABLES if name in task_vars)
+        # Found here as the template action finds it (the variables given
+        # hold no search path); the role's templates include no other file.
+        path = self._find_needle("templates", entry["template"])
+        (text,) = lookup.run([path], variables=dict(variables, __vllm_file=entry), **_TEMPLATE_OPTIONS)
         return text
