@@ -61,6 +61,14 @@ def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_
         raise AnsibleFilterError(str(exc))
 
 
+def metrics_to_write(files_text, directory, looked, mode="0644"):
+    """The files of metrics_files that differ from what stat_paths found in DIRECTORY."""
+    try:
+        return files.to_write(plain(files_text), str(directory), plain(looked), str(mode))
+    except ValueError as exc:
+        raise AnsibleFilterError("gpufleet.numa.metrics_to_write: %s" % exc)
+
+
 def prometheus_settings(variables):
     try:
         settings = prometheus.check_settings(plain(variables))
@@ -81,5 +89,6 @@ def audit_metrics(result, memory_threshold, directory):
 
 class FilterModule(object):
     def filters(self):
-        return {"metrics_files": metrics_files, "prometheus_settings": prometheus_settings,
+        return {"metrics_files": metrics_files, "metrics_to_write": metrics_to_write,
+                "prometheus_settings": prometheus_settings,
                 "audit_metrics": audit_metrics}

@@ -7,10 +7,13 @@ metrics_files() takes the record (the kept plan) and the inventory's
 addresses and returns file name -> content (a dict or list) for every
 file of gpufleet_metrics_dir: the vLLM, gateway and node exporter
 targets (file_sd) and the alert rules. The filter shell serialises
-them. Pure functions, standard library only.
+them; to_write() says which of them differ from what is on disk. Pure
+functions, standard library only.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.module_utils.metrics import prometheus, rules, targets
@@ -38,3 +41,28 @@ def metrics_files(record, options):
         names[rules.NODE_JOB]: prometheus.node_targets(options["nodes"], options["node_exporter_port"]),
         prometheus.RULE_FILE: rules.alert_rules(options["down_for"]),
     }
+
+
+def to_write(files, directory, looked, mode):
+    """What of FILES (file name -> text) differs from what a look at
+    DIRECTORY found (stat_paths's files: path, mode, isdir, checksum of the
+    directory and its files): {create_directory, files: name -> text}, a
+    file whose sha1 or mode (octal text, e.g. "0644") differs, or that is
+    missing. A rerun that changes nothing writes nothing, and calls no
+    module per file."""
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise ValueError("files must map file name -> text (got %s)" % checks.show(files))
+    if not isinstance(looked, list) or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in looked):
+        raise ValueError("looked must be stat_paths's files (got %s)" % checks.show(looked))
+    found = dict((f["path"], f) for f in looked)
+    directory = directory.rstrip("/") or "/"
+    here = found.get(directory)
+    if here is not None and not here.get("isdir"):
+        raise ValueError("%s is not a directory" % directory)
+    differs = {}
+    for name, text in sorted(files.items()):
+        seen = found.get(directory + "/" + name)
+        sha1 = hashlib.sha1(text.encode("utf-8")).hexdigest()
+        if seen is None or seen.get("checksum") != sha1 or seen.get("mode") != mode:
+            differs[name] = text
+    return {"create_directory": here is None, "files": differs}

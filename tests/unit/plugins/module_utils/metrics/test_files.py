@@ -2,7 +2,8 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """metrics/files.py: the four files of gpufleet_metrics_dir from one
-record, as their own functions make them, and options checked by name."""
+record, as their own functions make them, and options checked by name;
+which of them differ from a real directory, as stat_paths sees it."""
 
 from __future__ import annotations
 
@@ -55,3 +56,34 @@ def test_the_four_files_from_one_record():
 def test_options_are_checked_by_name(changed, message):
     with pytest.raises(ValueError, match=message):
         files.metrics_files(record(), changed)
+
+
+def test_only_the_files_that_differ_on_disk_are_to_be_written(tmp_path):
+    """Against what the stat_paths module itself finds in a real directory."""
+    from ansible_collections.gpufleet.numa.plugins.modules.stat_paths import stat_paths
+
+    directory = str(tmp_path / "prometheus")
+    wanted = {"vllm.json": "[]\n", "rules.yml": "groups: []\n", "node.json": "[{}]\n"}
+
+    def look():
+        return stat_paths([directory, directory + "/*"], 1 << 20)
+
+    assert files.to_write(wanted, directory, look(), "0644") == {"create_directory": True, "files": wanted}
+    os.mkdir(directory)
+    for name, text in wanted.items():
+        with open(os.path.join(directory, name), "w") as out:
+            out.write(text)
+        os.chmod(os.path.join(directory, name), 0o644)
+    assert files.to_write(wanted, directory + "/", look(), "0644") == {"create_directory": False, "files": {}}
+    # One file's content, another's mode, a third missing.
+    with open(os.path.join(directory, "vllm.json"), "w") as out:
+        out.write("[1]\n")
+    os.chmod(os.path.join(directory, "rules.yml"), 0o600)
+    os.unlink(os.path.join(directory, "node.json"))
+    assert files.to_write(wanted, directory, look(), "0644") == {"create_directory": False, "files": wanted}
+    with pytest.raises(ValueError, match="is not a directory"):
+        files.to_write(wanted, directory + "/rules.yml", look(), "0644")
+    with pytest.raises(ValueError, match="files must map file name -> text"):
+        files.to_write({"vllm.json": []}, directory, [], "0644")
+    with pytest.raises(ValueError, match="looked must be stat_paths's files"):
+        files.to_write(wanted, directory, {"files": []}, "0644")
