@@ -57,7 +57,9 @@ def to_write(files, directory, looked, mode):
     found = dict((f["path"], f) for f in looked)
     directory = directory.rstrip("/") or "/"
     here = found.get(directory)
-    if here is not None and not here.get("isdir"):
+    # The look does not follow links: a link is taken as the directory it
+    # names (the copy follows it, as it did before).
+    if here is not None and not (here.get("isdir") or here.get("islnk")):
         raise ValueError("%s is not a directory" % directory)
     differs = {}
     for name, text in sorted(files.items()):

@@ -75,6 +75,11 @@ def test_only_the_files_that_differ_on_disk_are_to_be_written(tmp_path):
             out.write(text)
         os.chmod(os.path.join(directory, name), 0o644)
     assert files.to_write(wanted, directory + "/", look(), "0644") == {"create_directory": False, "files": {}}
+    # A directory reached through a link (an operator's shared folder) is used as it is.
+    link = str(tmp_path / "link")
+    os.symlink(directory, link)
+    assert files.to_write(wanted, link, stat_paths([link, link + "/*"], 1 << 20), "0644") == {
+        "create_directory": False, "files": {}}
     # One file's content, another's mode, a third missing.
     with open(os.path.join(directory, "vllm.json"), "w") as out:
         out.write("[1]\n")
