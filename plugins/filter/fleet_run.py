@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import addresses as fleet_addresses
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import plan as fleet_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as fleet_run
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
@@ -135,7 +136,9 @@ def _shares(run, hosts):
 
 def _routed(run, hostvars):
     run = _run(run)
-    return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), run["fleet"]))
+    # Today's addresses only of the hosts whose record entry keeps none.
+    hosts = fleet_addresses.unaddressed(run["record"], run["fleet"])
+    return fleet_run.routed(run, *listen_and_reach(_hostvars("hostvars", hostvars), hosts))
 
 
 def _plan_lines(run, run_tags, skip_tags, check_mode=False):

@@ -52,7 +52,8 @@ def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_
         raise AnsibleFilterError("; ".join(errors))
     record = plain(record)
     try:
-        listen, reach = role_files.listen_and_reach(hostvars, gpu_servers or [])
+        # Today's addresses only of the hosts whose record entry keeps none.
+        listen, reach = role_files.listen_and_reach(hostvars, fleet_addresses.unaddressed(record, gpu_servers or []))
         options = {"addresses": fleet_addresses.deployed(record, listen, reach), "gateways": exporters,
                    "nodes": dict((str(h), _reach(hostvars, h)) for h in nodes or []),
                    "node_exporter_port": plain(node_exporter_port), "down_for": plain(down_for)}

@@ -13,7 +13,8 @@ entry keeps it (plan/record.record_hosts, `address`). deployed() is where
 the record's instances are reached: the address kept in each host's entry
 (its units listen there until the host converges again, whatever the
 inventory says now), else, for an entry written before the record kept
-one, the current address. Pure functions, standard library only.
+one, the current address; unaddressed() names the hosts that need it.
+Pure functions, standard library only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def current_of(hosts, listen, reach):
     """host -> current() of each of HOSTS (LISTEN, REACH: host -> value;
     REACH defaults to the host's name)."""
     return dict((host, current(host, listen.get(host), reach.get(host) or host)) for host in hosts)
+
+
+def unaddressed(record, hosts):
+    """The HOSTS with instances in RECORD whose entry keeps no address: the
+    only ones deployed() needs today's LISTEN and REACH of (reading a host's
+    role variables costs the controller a pass over them)."""
+    entries = record.get("hosts") or {}
+    wanted = set(hosts)
+    return sorted(set(i["host"] for i in record["instances"]
+                      if i["host"] in wanted and not (entries.get(i["host"]) or {}).get("address")))
 
 
 def deployed(record, listen, reach):
