@@ -118,7 +118,8 @@ def test_chat_completions_and_models_through_the_gateway(fleet):
 def stream_figures(client, delay, tokens=40):
     """Stream a chat answer of TOKENS tokens DELAY seconds apart: the
     number of separate arrivals (chunks more than 10 ms after the one
-    before), the first chunk's time and the longest gap, in seconds."""
+    before), the first chunk's time, the longest gap and the 90th
+    percentile gap, in seconds."""
     started = time.monotonic()
     times, text = [], ""
     for chunk in client.chat.completions.create(
@@ -129,7 +130,8 @@ def stream_figures(client, delay, tokens=40):
     assert text.split() == ["stub%d" % i for i in range(tokens)], text
     gaps = [later - earlier for earlier, later in zip(times, times[1:])]
     return {"chunks": len(times), "arrivals": 1 + sum(1 for gap in gaps if gap > 0.01),
-            "first_chunk_s": round(times[0], 3), "max_gap_s": round(max(gaps), 3)}
+            "first_chunk_s": round(times[0], 3), "max_gap_s": round(max(gaps), 3),
+            "p90_gap_s": round(sorted(gaps)[int(0.9 * (len(gaps) - 1))], 3)}
 
 
 def test_a_stream_arrives_token_by_token_as_it_does_direct(fleet):
@@ -145,7 +147,9 @@ def test_a_stream_arrives_token_by_token_as_it_does_direct(fleet):
     through_first = min(figures["first_chunk_s"] for figures in through)
     assert through_arrivals >= 0.8 * direct_arrivals, (direct, through)
     assert through_first <= direct_first + 0.15, (direct, through)
-    assert min(figures["max_gap_s"] for figures in through) < 0.15, through
+    # Held events make most gaps ~200 ms; one stall of a loaded machine
+    # (seen: 0.3 s once in 40 tokens) makes one.
+    assert min(figures["p90_gap_s"] for figures in through) < 0.15, through
 
 
 def test_a_client_timeout_stops_the_instances_work_and_is_not_replayed(fleet):
