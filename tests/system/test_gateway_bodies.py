@@ -129,11 +129,18 @@ def gateway(tmp_path_factory):
             server.server_close()
 
 
-def send(port, body, probe, headers=None, key=GATEWAY_KEY, content_type="application/json", timeout=10):
-    """One POST /v1/completions (a dict body is json.dumps'ed); (status, answer)."""
+def send(port, body, probe, headers=None, key=GATEWAY_KEY, content_type="application/json", timeout=10,
+         chunked=False):
+    """One POST /v1/completions (a dict body is json.dumps'ed, CHUNKED sends
+    it in chunks of 1,000 bytes); (status, answer)."""
     raw = json.dumps(body).encode() if isinstance(body, dict) else body
-    lines = ["POST /v1/completions HTTP/1.1", "Host: gateway", "Connection: close", "X-Probe: " + probe,
-             "Content-Length: %d" % len(raw)]
+    lines = ["POST /v1/completions HTTP/1.1", "Host: gateway", "Connection: close", "X-Probe: " + probe]
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+        raw = b"".join(b"%x\r\n%s\r\n" % (len(raw[at:at + 1000]), raw[at:at + 1000])
+                       for at in range(0, len(raw), 1000)) + b"0\r\n\r\n"
+    else:
+        lines.append("Content-Length: %d" % len(raw))
     if key is not None:
         lines.append("Authorization: Bearer " + key)
     if content_type is not None:
@@ -297,13 +304,16 @@ PROBES = {
     "a control escape in the model": b'{"model":"alpha\\u0000"}',
     "a second model beyond the buffer": b'{"model":"alpha","prompt":"' + b"p" * BUFFER + b'","model":"beta/b-2"}',
     "a cut body": b'{"model":"alpha","prompt":"x"',
+    "a whole object, spaces past the buffer, a second object": (b'{"model":"alpha"}' + b" " * (BUFFER * 2) +
+                                                                  b'{"model":"beta/b-2"}'),
     "UTF-16": '{"model":"beta/b-2"}'.encode("utf-16-le"),
 }
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 @pytest.mark.parametrize("body", list(PROBES.values()), ids=list(PROBES))
-def test_ambiguous_bodies_are_refused_with_a_json_error(gateway, body):
-    status, answer = send(gateway["port"], body, "probe")
+def test_ambiguous_bodies_are_refused_with_a_json_error(gateway, body, chunked):
+    status, answer = send(gateway["port"], body, "probe", chunked=chunked)
     assert status == 400, answer
     error = json.loads(answer)["error"]
     assert error["type"] == "BadRequestError" and error["code"] == 400 and error["message"]
@@ -319,11 +329,24 @@ def test_each_instance_gets_its_key_exactly(gateway):
         assert reached == model and received["auth"] == ["Bearer " + KEYS[model]]
 
 
-def test_a_body_larger_than_the_buffer_is_routed_by_the_header(gateway):
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_larger_than_the_buffer_is_routed_by_the_header(gateway, chunked):
     body = json.dumps({"prompt": "p" * (BUFFER * 2), "model": "beta/b-2"}).encode()
-    status, answer = send(gateway["port"], body, "big", headers={"X-Model": "beta/b-2"})
+    status, answer = send(gateway["port"], body, "big", headers={"X-Model": "beta/b-2"}, chunked=chunked)
     assert status == 200, answer
     assert where_it_went(gateway, "big")[0] == "beta/b-2"
+    # The same body with only spaces in the buffer's last half is no whole body either.
+    body = b'{"model":"alpha"}' + b" " * (BUFFER * 2)
+    status, answer = send(gateway["port"], body, "big2", headers={"X-Model": "beta/b-2"}, chunked=chunked)
+    assert status == 200 and where_it_went(gateway, "big2")[0] == "beta/b-2", answer
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_whole_body_in_the_buffer_is_routed_by_its_model(gateway, chunked):
+    """Trailing spaces within the buffer are part of a whole body."""
+    body = b'{"model":"beta/b-2","prompt":"x"}' + b" " * (BUFFER // 2)
+    status, answer = send(gateway["port"], body, "whole", chunked=chunked)
+    assert status == 200 and where_it_went(gateway, "whole")[0] == "beta/b-2", answer
 
 
 def test_forms_take_the_model_from_the_header(gateway):

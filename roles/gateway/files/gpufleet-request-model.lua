@@ -16,8 +16,9 @@
 --   txn.body_model       the top-level "model" string, decoded
 --   txn.body_error       why the body is refused (answered with 400)
 --   txn.body_incomplete  the JSON value does not end within the buffer
---                        (larger than tune.bufsize, or cut short): the
---                        model can only come from the X-Model header
+--                        (larger than tune.bufsize, or cut short), or the
+--                        body goes on past it: the model can only come
+--                        from the X-Model header
 --   txn.body_checked     set once the body was looked at (a Lua error
 --                        leaves it unset, and the gateway refuses)
 -- Action gpufleet_request_model_prefix LIMIT sets these and:
@@ -340,12 +341,26 @@ local function is_form(txn)
   return FORMS[media] == true
 end
 
+-- Whether the buffer holds the whole body. A body larger than the buffer
+-- is cut where the buffer ends, and the cut may fall after a whole object
+-- and some spaces: what follows (a second object, say) makes the body
+-- one vLLM refuses. The size announced (Content-Length, or the chunk being
+-- read) is more than arrived; or the buffer is full and waits for more (a
+-- guard: HAProxy 2.6 announced more in every chunking tried, down to
+-- chunks of one byte).
+local function whole_body(txn, body)
+  return txn.f:req_body_size() <= #body and txn.req:may_recv()
+end
+
 -- Reads the body; with LIMIT, also sets txn.body_prefix to the first
 -- LIMIT bytes of its prompt (body_prefix).
 local function read_request(txn, limit)
   local body = txn.sf:req_body() or ""
   if #body > 0 and not is_form(txn) then
     local ok, result, starts = pcall(body_model, body)
+    if ok and not whole_body(txn, body) then
+      ok, result = false, INCOMPLETE
+    end
     if ok then
       if result ~= nil then txn:set_var("txn.body_model", result) end
       if limit then
