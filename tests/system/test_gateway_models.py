@@ -171,7 +171,7 @@ def test_requests_reach_only_instances_of_their_json_model(gateway):
     assert seen == {LLAMA: {"gpu-a-vllm-0", "gpu-a-vllm-1"}, QWEN: {"gpu-b-vllm-0"}}
 
 
-def test_model_comes_from_the_header_when_the_body_names_none(gateway):
+def test_model_comes_from_the_header_when_sent_else_from_the_body(gateway):
     status, headers, body = completion(gateway, headers={"X-Model": QWEN})
     assert status == 200, body
     assert instance_of(headers, gateway) == "gpu-b-vllm-0"
@@ -179,9 +179,10 @@ def test_model_comes_from_the_header_when_the_body_names_none(gateway):
                                     {"messages": [{"role": "user", "content": "Hi"}]}, headers={"X-Model": LLAMA})
     assert status == 200, body
     assert instance_of(headers, gateway).startswith("gpu-a-")
-    # The body's model wins over the header.
+    # The header wins over the body, which is not read for the model: the
+    # header's instance answers 404 for a model it does not serve, as vLLM does.
     status, headers, body = completion(gateway, LLAMA, headers={"X-Model": QWEN})
-    assert status == 200 and instance_of(headers, gateway).startswith("gpu-a-")
+    assert status == 404 and instance_of(headers, gateway) == "gpu-b-vllm-0", (status, body)
 
 
 def test_model_beyond_the_buffer_needs_the_header(gateway):

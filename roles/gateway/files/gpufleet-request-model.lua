@@ -7,10 +7,13 @@
 -- keeps the FIRST "model", compares keys undecoded and reads a prefix, so
 -- the gateway could send a request (with one model's instance key) to a
 -- backend that vLLM then reads as another model. This reader parses the
--- whole buffered body strictly and decodes only what routing needs: the
--- top-level keys and the "model" value. It refuses a second top-level
--- "model", a "model" key written with escapes, a model that is no string
--- or holds a control character, and anything Python's json would refuse.
+-- whole buffered body's structure strictly and decodes only what routing
+-- needs: the top-level keys and the "model" value. It refuses a second
+-- top-level "model", a "model" key written with escapes, a model that is
+-- no string or holds a control character, and any structure Python's json
+-- would refuse. Inside the other strings it only finds where each ends
+-- (skip_string): a body Python refuses for what is inside them reaches no
+-- instance as another model's request, as vLLM refuses it too.
 --
 -- Action gpufleet_request_model sets, in the transaction:
 --   txn.body_model       the top-level "model" string, decoded
@@ -30,7 +33,9 @@
 --                        "prompt" (a string, a list's first string, or
 --                        the JSON text of a list of token ids)
 -- Forms (multipart/form-data, application/x-www-form-urlencoded) are not
--- JSON to vLLM either: their model comes from the X-Model header.
+-- JSON to vLLM either: their model comes from the X-Model header. A
+-- request with the X-Model header is routed by it, and
+-- gpufleet_request_model does not read its body.
 
 local MAX_DEPTH = 256
 local MAX_NUMBER = 1000   -- characters; Python refuses ints of > 4300 digits
@@ -41,10 +46,14 @@ local function invalid(message, position)
   error({message = message, position = position}, 0)
 end
 
+-- Each scan is an anchored match of a run, "^[...]*()": Lua steps through
+-- the run in one C loop, where find() with a class would start a new match
+-- at every byte (13 ns a byte of prompt text, against a few).
+
 -- Index of the first byte after JSON whitespace from i, or error INCOMPLETE.
 local function skip_space(body, i)
-  local j = body:find("[^ \t\r\n]", i)
-  if j == nil then error(INCOMPLETE, 0) end
+  local j = body:match("^[ \t\r\n]*()", i)
+  if j > #body then error(INCOMPLETE, 0) end
   return j
 end
 
@@ -62,18 +71,66 @@ end
 local SIMPLE_ESCAPES = {["\""] = "\"", ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f",
                         n = "\n", r = "\r", t = "\t"}
 
+-- The rest of a string, from inside it (after a whole escape) to its
+-- closing quote, as HAProxy's regex engine (PCRE2, compiled to machine
+-- code) matches it: for a string heavy with escaped quotes (a code
+-- listing), where the plain search stops at each one.
+local compiled_rest, string_rest = Regex.new([[(?s)^(?:[^"\\]++|\\.)*+"]], true)
+if not compiled_rest then string_rest = nil end
+local ESCAPED_QUOTES_BEFORE_REGEX = 8
+
+-- The index after the closing quote of the string whose opening quote is
+-- at i (searching from FROM, inside it, where given: the index after a
+-- whole escape): the first quote after it with an even number of
+-- backslashes before it. Found with plain (memchr) searches: most of a
+-- body's bytes are prompt text in strings like this. What is inside is not
+-- checked: Python's json refuses a raw control character or a bad escape
+-- there, so such a body reaches no instance as another model's request
+-- (vLLM answers 400), and the structure around it is read as Python reads
+-- it.
+local function skip_string(body, i, from)
+  local start = from or i + 1
+  local escaped = 0
+  while true do
+    if escaped == ESCAPED_QUOTES_BEFORE_REGEX and string_rest then
+      local matched, found = string_rest:match(body:sub(start))
+      if matched and found[1] then return start + #found[1] end
+    end
+    local quote = body:find("\"", start, true)
+    if quote == nil then error(INCOMPLETE, 0) end
+    local before = quote - 1
+    while body:byte(before) == 92 do before = before - 1 end  -- stops at the opening quote at the latest
+    if (quote - 1 - before) % 2 == 0 then return quote + 1 end
+    escaped = escaped + 1
+    start = quote + 1
+  end
+end
+
 -- Reads the string whose opening quote is at i. Returns the index after the
 -- closing quote and, when decode is true, its decoded text (UTF-8, as
--- Python pairs surrogates; a lone surrogate is kept as Python keeps it).
-local function read_string(body, i, decode)
-  local parts = decode and {} or nil
+-- Python pairs surrogates; a lone surrogate is kept as Python keeps it)
+-- after checking it as Python does; else skip_string's index. With LIMIT,
+-- the text decoded is cut once it holds LIMIT bytes or more (the rest is
+-- only skipped).
+local function read_string(body, i, decode, limit)
+  if not decode then return skip_string(body, i) end
+  local parts, size = {}, 0
   local start = i + 1
   while true do
-    local j = body:find("[\0-\31\"\\]", start)
-    if j == nil then error(INCOMPLETE, 0) end
-    if parts then parts[#parts + 1] = body:sub(start, j - 1) end
+    if limit and size >= limit then return skip_string(body, i, start), table.concat(parts) end
+    local j
+    if limit then
+      -- only as far as the bytes still wanted: a prompt's text may be long
+      j = start - 1 + body:sub(start, start + limit - size - 1):match("^[^\0-\31\"\\]*()")
+    else
+      j = body:match("^[^\0-\31\"\\]*()", start)
+    end
+    if j > #body then error(INCOMPLETE, 0) end
+    parts[#parts + 1] = body:sub(start, j - 1)
+    size = size + (j - start)
+    if limit and size >= limit then return skip_string(body, i, j), table.concat(parts) end
     local c = body:byte(j)
-    if c == 34 then return j + 1, parts and table.concat(parts) end
+    if c == 34 then return j + 1, table.concat(parts) end
     if c ~= 92 then invalid("a control character inside a string (escape it)", j) end
     local e = body:sub(j + 1, j + 1)
     if e == "" then error(INCOMPLETE, 0) end
@@ -87,9 +144,11 @@ local function read_string(body, i, decode)
           start = start + 6
         end
       end
-      if parts then parts[#parts + 1] = utf8.char(code) end
+      parts[#parts + 1] = utf8.char(code)
+      size = size + #parts[#parts]
     elseif SIMPLE_ESCAPES[e] then
-      if parts then parts[#parts + 1] = SIMPLE_ESCAPES[e] end
+      parts[#parts + 1] = SIMPLE_ESCAPES[e]
+      size = size + 1
       start = j + 2
     else
       invalid("an invalid escape \\" .. e .. " in a string", j)
@@ -105,10 +164,10 @@ local function read_number(body, i)
   local first = body:byte(j)
   if first == nil then error(INCOMPLETE, 0) end
   if first == 48 then j = j + 1                              -- '0'
-  elseif first >= 49 and first <= 57 then j = body:find("[^0-9]", j) or #body + 1
+  elseif first >= 49 and first <= 57 then j = body:match("^[0-9]*()", j)
   else invalid("an invalid number", i) end
   if body:byte(j) == 46 then                                 -- '.'
-    local k = body:find("[^0-9]", j + 1) or #body + 1
+    local k = body:match("^[0-9]*()", j + 1)
     if k == j + 1 then
       if k > #body then error(INCOMPLETE, 0) end
       invalid("an invalid number", i)
@@ -120,7 +179,7 @@ local function read_number(body, i)
     j = j + 1
     local sign = body:byte(j)
     if sign == 43 or sign == 45 then j = j + 1 end
-    local k = body:find("[^0-9]", j) or #body + 1
+    local k = body:match("^[0-9]*()", j)
     if k == j then
       if k > #body then error(INCOMPLETE, 0) end
       invalid("an invalid number", i)
@@ -133,6 +192,36 @@ local function read_number(body, i)
 end
 
 local LITERALS = {[116] = "true", [102] = "false", [110] = "null"}
+
+-- One whole JSON value at the start of a text, as HAProxy's regex engine
+-- (PCRE2, compiled to machine code) matches it: a top-level member's
+-- nested value (a chat's "messages") is skipped in one call, at about 1.5
+-- ns a byte, where reading it token by token in Lua took 250-300 ns a
+-- token. Strings as skip_string reads them (only where each ends). Where it
+-- does not match (an error, a value cut short, nesting deeper than the
+-- engine's stack) the value is read token by token, which finds the error.
+local NESTED_VALUE = [[(?s)^(?(DEFINE)(?<s>"(?:[^"\\]++|\\.)*+")(?<w>[ \t\r\n]*+)]] ..
+  [[(?<v>(?&s)|-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+|true|false|null]] ..
+  [[|\{(?&w)(?:(?&s)(?&w):(?&w)(?&v)(?&w)(?:,(?&w)(?&s)(?&w):(?&w)(?&v)(?&w))*+)?+\}]] ..
+  [[|\[(?&w)(?:(?&v)(?&w)(?:,(?&w)(?&v)(?&w))*+)?+\]))(?&v)]]
+local compiled, nested_value = Regex.new(NESTED_VALUE, true)
+if not compiled then
+  core.Warning("gpufleet: the regex of a JSON value did not compile, nested values are read token by token: "
+               .. tostring(nested_value))
+  nested_value = nil
+end
+
+-- The index after the object or array at i, or nil where NESTED_VALUE does
+-- not match there, or where less than REGEX_FROM_BYTES of the body is left
+-- (a call of the regex engine costs about 10 us: a short value is read
+-- token by token sooner).
+local REGEX_FROM_BYTES = 4096
+local function skip_nested(body, i)
+  if nested_value == nil or #body - i < REGEX_FROM_BYTES then return nil end
+  local matched, found = nested_value:match(body:sub(i))
+  if matched and found[1] then return i + #found[1] end
+  return nil
+end
 
 -- Reads one scalar or opens a container at i. Returns the next index and,
 -- for an opened container, its closing byte.
@@ -218,7 +307,12 @@ local function body_model(body)
         expect = "after"
       else
         local closer
-        i, closer = read_value(body, i)
+        local after = depth == 1 and (c == 123 or c == 91) and skip_nested(body, i)
+        if after then
+          i = after
+        else
+          i, closer = read_value(body, i)
+        end
         if closer then
           if depth >= MAX_DEPTH then invalid("nested deeper than " .. MAX_DEPTH .. " levels", i) end
           closers[depth + 1] = closer
@@ -231,24 +325,23 @@ local function body_model(body)
     end
   end
   -- Python reads the whole body: after the object, only whitespace.
-  local rest = body:find("[^ \t\r\n]", i)
-  if rest ~= nil then invalid("text after the JSON object", rest) end
-  -- Python decodes the body as UTF-8 (surrogates allowed, as Lua 5.3's
-  -- utf8.len allows them): anything else is refused by vLLM too.
-  local valid, bad = utf8.len(body)
-  if not valid then invalid("bytes that are not UTF-8", bad) end
+  local rest = body:match("^[ \t\r\n]*()", i)
+  if rest <= #body then invalid("text after the JSON object", rest) end
   return model, starts
 end
 
--- The value at i of a body already read whole by body_model (so valid):
--- strings decoded, objects as tables (the last of a repeated key), arrays
--- as sequences, numbers as their text, literals as their JSON text. Returns
--- the value and the index after it.
-local function decode(body, i)
+-- The value at i of a body already read whole by body_model (so its
+-- structure is valid; a string it did not decode may still hold what
+-- read_string refuses, an error the caller takes as no prefix): string
+-- values decoded (with LIMIT, their first LIMIT bytes or more), objects as
+-- tables (the last of a repeated key), arrays as sequences, numbers as
+-- their text, literals as their JSON text. Returns the value and the index
+-- after it.
+local function decode(body, i, limit)
   i = skip_space(body, i)
   local c = body:byte(i)
   if c == 34 then
-    local j, text = read_string(body, i, true)
+    local j, text = read_string(body, i, true, limit)
     return text, j
   end
   if c == 123 or c == 91 then
@@ -262,7 +355,7 @@ local function decode(body, i)
         i = skip_space(body, i) + 1                          -- ':'
       end
       local item
-      item, i = decode(body, i)
+      item, i = decode(body, i, limit)
       if object then value[key] = item else value[#value + 1] = item end
       i = skip_space(body, i)
       local after = body:byte(i)
@@ -299,7 +392,7 @@ local function body_prefix(body, starts, limit)
     i = skip_space(body, i + 1)
     while body:byte(i) ~= 93 and size < limit do
       local message
-      message, i = decode(body, i)
+      message, i = decode(body, i, limit)
       if type(message) == "table" and type(message.role) == "string" then
         local line = message.role .. "\n" .. content_text(message.content) .. "\n"
         parts[#parts + 1] = line
@@ -313,12 +406,12 @@ local function body_prefix(body, starts, limit)
     local i = skip_space(body, starts.prompt)
     local c = body:byte(i)
     if c == 34 then
-      local _, text = read_string(body, i, true)
+      local _, text = read_string(body, i, true, limit)
       parts[1] = text
     elseif c == 91 then
       local first = skip_space(body, i + 1)
       if body:byte(first) == 34 then
-        local _, text = read_string(body, first, true)
+        local _, text = read_string(body, first, true, limit)
         parts[1] = text
       else
         local _, j = decode(body, i)
@@ -333,9 +426,9 @@ end
 
 local FORMS = {["multipart/form-data"] = true, ["application/x-www-form-urlencoded"] = true}
 
+-- (One Content-Type at most: the configuration refuses more before this.)
 local function is_form(txn)
-  local values = txn.http:req_get_headers()["content-type"]
-  local value = values and values[0]
+  local value = txn.f:req_fhdr("content-type")
   if value == nil then return false end
   local media = value:match("^[^;]*"):lower():gsub("^%s+", ""):gsub("%s+$", "")
   return FORMS[media] == true
@@ -352,9 +445,18 @@ local function whole_body(txn, body)
   return txn.f:req_body_size() <= #body and txn.req:may_recv()
 end
 
+-- The gateway's model header (settings.MODEL_HEADER).
+local MODEL_HEADER = "x-model"
+
 -- Reads the body; with LIMIT, also sets txn.body_prefix to the first
--- LIMIT bytes of its prompt (body_prefix).
+-- LIMIT bytes of its prompt (body_prefix). Without LIMIT, a request that
+-- names its model in the header is not read: the header routes it, and
+-- an instance refuses (404) a body naming a model it does not serve.
 local function read_request(txn, limit)
+  if limit == nil and txn.f:req_fhdr(MODEL_HEADER) ~= nil then
+    txn:set_var("txn.body_checked", "1")
+    return
+  end
   local body = txn.sf:req_body() or ""
   if #body > 0 and not is_form(txn) then
     local ok, result, starts = pcall(body_model, body)
