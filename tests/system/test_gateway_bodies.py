@@ -313,8 +313,8 @@ PROBES = {
     "a cut body": b'{"model":"alpha","prompt":"x"',
     "text after the object": b'{"model":"alpha"} {"model":"beta/b-2"}',
     "a trailing comma": b'{"model":"alpha","prompt":"x",}',
-    "a whole object, spaces past the buffer, a second object": (b'{"model":"alpha"}' + b" " * (BUFFER * 2) +
-                                                                  b'{"model":"beta/b-2"}'),
+    "a whole object, spaces past the buffer, a second object":
+        b'{"model":"alpha"}' + b" " * (BUFFER * 2) + b'{"model":"beta/b-2"}',
     "UTF-16": '{"model":"beta/b-2"}'.encode("utf-16-le"),
 }
 
