@@ -71,12 +71,22 @@ end
 local SIMPLE_ESCAPES = {["\""] = "\"", ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f",
                         n = "\n", r = "\r", t = "\t"}
 
+-- PATTERN compiled by HAProxy's regex engine, or nil, with a warning
+-- naming WHAT and what the reader does instead (HAProxy built without
+-- PCRE2 has no such syntax).
+local function compile_regex(pattern, what, instead)
+  local compiled, regex = Regex.new(pattern, true)
+  if compiled then return regex end
+  core.Warning("gpufleet: the regex of " .. what .. " did not compile, " .. instead .. ": " .. tostring(regex))
+  return nil
+end
+
 -- The rest of a string, from inside it (after a whole escape) to its
 -- closing quote, as HAProxy's regex engine (PCRE2, compiled to machine
 -- code) matches it: for a string heavy with escaped quotes (a code
 -- listing), where the plain search stops at each one.
-local compiled_rest, string_rest = Regex.new([[(?s)^(?:[^"\\]++|\\.)*+"]], true)
-if not compiled_rest then string_rest = nil end
+local string_rest = compile_regex([[(?s)^(?:[^"\\]++|\\.)*+"]], "the rest of a string",
+                                  "strings are searched quote by quote")
 local ESCAPED_QUOTES_BEFORE_REGEX = 8
 
 -- The index after the closing quote of the string whose opening quote is
@@ -204,12 +214,7 @@ local NESTED_VALUE = [[(?s)^(?(DEFINE)(?<s>"(?:[^"\\]++|\\.)*+")(?<w>[ \t\r\n]*+
   [[(?<v>(?&s)|-?+(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?+(?:[eE][+-]?+[0-9]++)?+|true|false|null]] ..
   [[|\{(?&w)(?:(?&s)(?&w):(?&w)(?&v)(?&w)(?:,(?&w)(?&s)(?&w):(?&w)(?&v)(?&w))*+)?+\}]] ..
   [[|\[(?&w)(?:(?&v)(?&w)(?:,(?&w)(?&v)(?&w))*+)?+\]))(?&v)]]
-local compiled, nested_value = Regex.new(NESTED_VALUE, true)
-if not compiled then
-  core.Warning("gpufleet: the regex of a JSON value did not compile, nested values are read token by token: "
-               .. tostring(nested_value))
-  nested_value = nil
-end
+local nested_value = compile_regex(NESTED_VALUE, "a JSON value", "nested values are read token by token")
 
 -- The index after the object or array at i, or nil where NESTED_VALUE does
 -- not match there, or where less than REGEX_FROM_BYTES of the body is left
@@ -453,11 +458,8 @@ local MODEL_HEADER = "x-model"
 -- names its model in the header is not read: the header routes it, and
 -- an instance refuses (404) a body naming a model it does not serve.
 local function read_request(txn, limit)
-  if limit == nil and txn.f:req_fhdr(MODEL_HEADER) ~= nil then
-    txn:set_var("txn.body_checked", "1")
-    return
-  end
-  local body = txn.sf:req_body() or ""
+  local named = limit == nil and txn.f:req_fhdr(MODEL_HEADER) ~= nil
+  local body = not named and txn.sf:req_body() or ""
   if #body > 0 and not is_form(txn) then
     local ok, result, starts = pcall(body_model, body)
     if ok and not whole_body(txn, body) then
