@@ -29,7 +29,7 @@ with escapes (a code listing: quotes, backslashes, newlines, \\u
 escapes). Each gateway runs alone on one CPU (one HAProxy thread), wrk
 (one thread, CONNECTIONS keep-alive connections) and the instance on the
 other, so that the gateway's CPU is what limits it. WRK runs SECONDS
-seconds, ROUNDS times in turn (no reader, reader, affinity, ...), and the
+seconds, ROUNDS times in turn (reader, no reader, affinity, ...), and the
 best round of each is kept. Prints requests/s, p50 and p99 latency, and
 the gateway's own CPU per request (its process's user + system time over
 the run), the ratio of the reader's throughput to the reader-less one,
