@@ -50,6 +50,7 @@ pytestmark = pytest.mark.skipif(not os.access(HAPROXY, os.X_OK), reason="haproxy
 class StandIn(http.server.ThreadingHTTPServer):
     """One model's instance: answers 200 and records what it received."""
     daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 drops connections while the test process is busy
 
     def __init__(self, model):
         self.model = model
@@ -88,9 +89,13 @@ class StandInHandler(http.server.BaseHTTPRequestHandler):
 
 
 def render(tmp, backends, **extra):
-    """The role's template and settings check, with the Lua reader beside it."""
+    """The role's template and settings check, with the Lua reader beside it.
+    Checks every 200 ms bring the stand-ins up fast; 25 failed ones (5 s)
+    mark one down: this test process, busy generating cases on a loaded
+    machine, can leave a check unanswered for longer than 200 ms, and a
+    stand-in marked down would answer 503 (seen once in CI)."""
     variables = {"gateway_buffer_size": BUFFER, "gateway_api_key": GATEWAY_KEY, "gateway_check_interval": "200ms",
-                 "gateway_timeout_http_request": "2s"}
+                 "gateway_check_fall": 25, "gateway_timeout_http_request": "2s"}
     variables.update(extra)
     return gateway_render.render(tmp, ADDRESS, backends, **variables)
 
