@@ -2,7 +2,7 @@
 # Copyright: gpufleet.numa contributors
 # Apache License 2.0 (see LICENSE)
 """Filters of role gpufleet.numa.vllm: what each vLLM unit of a host runs
-(vllm_units), what it looks at before it writes (vllm_look), which files are stale (vllm_stale), which instances restart
+(vllm_units), which files are stale (vllm_stale), which instances restart
 (vllm_restarting), what each host rolls in which ordinal (vllm_rollout),
 what the host runs once the role succeeded (vllm_deployed) and whether the
 service manager is gathered first (vllm_wants_service_mgr).
@@ -15,7 +15,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, layout, rollout
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, rollout
 
 
 def vllm_units(instances, variables):
@@ -26,14 +26,6 @@ def vllm_units(instances, variables):
         return host_state.host_units(_plain(instances), _plain(dict(variables)))
     except ValueError as exc:
         raise AnsibleFilterError("gpufleet.numa.vllm_units: %s" % exc)
-
-
-def vllm_look(variables):
-    """The paths role vllm looks at before it writes (deploy/vllm/layout.py)."""
-    variables = _plain(variables)
-    if not isinstance(variables, dict):
-        raise AnsibleFilterError("gpufleet.numa.vllm_look expects the role's variables (a mapping)")
-    return layout.look_paths(variables)
 
 
 def vllm_stale(found, files):
@@ -59,6 +51,8 @@ def _role_state(hostvars, host):
     variables = hostvars[host] if host in hostvars else {}
     if "__vllm" not in variables or "__vllm_written" not in variables:
         return None
+    if variables["__vllm"].get("skipped"):
+        return None  # the role was skipped on HOST: its first task registered a skipped result
     written = variables["__vllm_written"]
     installed = variables["__vllm_installed"] if "__vllm_installed" in variables else None
     install_changed = bool(variables["__vllm"].get("install") and installed and installed.get("changed"))
@@ -104,6 +98,6 @@ def vllm_wants_service_mgr(manage_service, service_mgr=""):
 
 class FilterModule(object):
     def filters(self):
-        return {"vllm_units": vllm_units, "vllm_look": vllm_look, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting,
+        return {"vllm_units": vllm_units, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting,
                 "vllm_rollout": vllm_rollout, "vllm_deployed": vllm_deployed,
                 "vllm_wants_service_mgr": vllm_wants_service_mgr}

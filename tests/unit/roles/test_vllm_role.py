@@ -57,11 +57,11 @@ RUN_GROUP = grp.getgrgid(os.getgid()).gr_name
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 # A no-change rerun of the role on a host that neither installs nor starts
 # anything runs at most this many task results (loops and includes count
-# once): the argument check, one look at the host (stat_paths), the units
-# worked out, the install and what follows the write (two skipped
-# includes), the write (skipped: nothing differs), the word that units were
-# not started and the record of what the host runs (vllm_deployed).
-RERUN_TASK_LIMIT = 8
+# once): the argument check, one look at the host that also works out the
+# units (vllm_host_state), the install and what follows the write (two
+# skipped includes), the write (skipped: nothing differs), the word that
+# units were not started and the record of what the host runs (vllm_deployed).
+RERUN_TASK_LIMIT = 7
 # systemd-analyze security --offline=yes, as User=vllm (systemd 252).
 EXPOSURE_DEFAULT = 2.0
 EXPOSURE_STRICT = 1.4
@@ -914,7 +914,7 @@ def test_vllm_downloads_weights_before_start(tmp_path):
     assert "vllm_download_timeout (2 s)" in errors["dl-slow"]
     assert snapshots(roots["dl-slow"], "org/slow-model") == []
     assert (
-        "gpufleet.numa.vllm_units: vllm_download_python: /nonexistent/python does not exist or is not executable "
+        "gpufleet.numa.vllm_host_state: vllm_download_python: /nonexistent/python does not exist or is not executable "
         "on dl-no-python, and org/tiny-model is not in ") in errors["dl-no-python"], errors["dl-no-python"]
     assert not (roots["dl-no-python"] / "staging").exists()
 

@@ -52,8 +52,10 @@ def test_vllm_rollout_reads_the_role_state_of_the_batch_from_hostvars():
                 "b": {"__vllm": VLLM_UNITS([INSTANCE, dict(INSTANCE, name="vllm-1", port=8001, dist_port=29100)],
                                            VARIABLES), "__vllm_written": {"results": []}},
                 # A host of the batch that failed before the role wrote anything.
-                "c": {"__vllm": units}}
-    rolled = filters["vllm_rollout"](hostvars, ["a", "b", "c"], "a")
+                "c": {"__vllm": units},
+                # A host the role was skipped on (it deploys nothing in this run).
+                "d": {"__vllm": {"skipped": True, "changed": False}, "__vllm_written": {"skipped": True}}}
+    rolled = filters["vllm_rollout"](hostvars, ["a", "b", "c", "d"], "a")
     assert rolled["ordinals"] == 2
     assert rolled["steps"][0]["name"] == "vllm-0" and rolled["steps"][0]["restart"] is True
     assert rolled["steps"][1] is None
