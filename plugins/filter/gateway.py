@@ -37,7 +37,7 @@ def _members(hostvars, hosts):
     errors = []
     members = {}
     for host in hosts:
-        merged = role_files.host_role_variables(hostvars, host, "gateway", errors)
+        merged = role_files.host_role_variables(hostvars, host, "gateway", errors, prefixes=("gateway_",))
         members[str(host)] = dict((name, merged.get(name)) for name in vrrp.VARIABLES)
     if errors:
         raise AnsibleFilterError("; ".join(errors))

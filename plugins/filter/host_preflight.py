@@ -31,7 +31,7 @@ def preflight_units(hostvars, host, plan, node_addresses=None):
             plan = {"instances": plan}
         instances = [i for i in contract.instances(plan, "gpufleet.numa.preflight_units") if i["host"] == host]
         errors = []
-        own = inventory_variables(hostvars, host, errors)
+        own = inventory_variables(hostvars, host, errors, ("vllm_", "gpufleet_socket_ifname"))
         if errors:
             raise ValueError("; ".join(errors))
         variables = variable_check.role_variables(role_files.defaults("vllm"), own, dict(

@@ -45,7 +45,7 @@ def metrics_files(record, hostvars, gpu_servers, gateways, nodes, node_exporter_
     errors = []
     exporters = {}
     for host in gateways or []:
-        merged = role_files.host_role_variables(hostvars, host, "gateway", errors)
+        merged = role_files.host_role_variables(hostvars, host, "gateway", errors, prefixes=("gateway_",))
         exporters[str(host)] = {"listen": plain(merged["gateway_metrics_address"]),
                                 "port": plain(merged["gateway_metrics_port"]), "reach": _reach(hostvars, host)}
     if errors:

@@ -54,12 +54,12 @@ def listener_clashes(backends, hostvars, gateway_hosts=()):
     for backend in plain(backends) or []:
         host = backend["host"]
         if host not in listen:
-            own = inventory_variables(hostvars, host, errors) if host in hostvars else {}
+            own = inventory_variables(hostvars, host, errors, ("vllm_",)) if host in hostvars else {}
             listen[host] = str(variable_check.role_variables(vllm_defaults, own, {})["vllm_listen_host"])
         instances.append(dict(backend, listen=listen[host]))
     gateways = {}
     for host in gateway_hosts or []:
-        merged = role_files.host_role_variables(hostvars, host, "gateway", errors)
+        merged = role_files.host_role_variables(hostvars, host, "gateway", errors, prefixes=("gateway_",))
         listeners = [("gateway_listen_address", merged["gateway_listen_address"], merged["gateway_listen_port"]),
                      ("gateway_stats_address", merged["gateway_stats_address"], merged["gateway_stats_port"]),
                      ("gateway_metrics_address", merged["gateway_metrics_address"], merged["gateway_metrics_port"])]

@@ -69,12 +69,16 @@ def extra_var_names():
     return set(load_extra_vars(DataLoader()))
 
 
-def inventory_variables(hostvars, host, errors):
-    """HOST's variables with the collection's prefixes, as plain values; one
-    that cannot be evaluated is an error (its text cut, never a value)."""
+def inventory_variables(hostvars, host, errors, prefixes=None):
+    """HOST's variables with the collection's prefixes (or only PREFIXES:
+    each variable read is templated, and a per-host filter that read all of
+    them paid for every path and lookup of the inventory), as plain values;
+    one that cannot be evaluated is an error (its text cut, never a value)."""
     out = {}
     variables = hostvars[host]
     for name in variable_check.inventory_names(list(variables.keys())):
+        if prefixes is not None and not name.startswith(prefixes):
+            continue
         try:
             out[name] = plain(variables[name])
         except Exception as exc:  # a template error of the inventory's
@@ -84,11 +88,13 @@ def inventory_variables(hostvars, host, errors):
     return out
 
 
-def host_role_variables(hostvars, host, role, errors, from_playbook=None):
+def host_role_variables(hostvars, host, role, errors, from_playbook=None, prefixes=None):
     """HOST's variables of ROLE as the role takes them: its defaults
     (templated ones derived), the host's own over them, the playbook's last
-    (plan/variable_check.role_variables); evaluation errors go to ERRORS."""
-    return variable_check.role_variables(defaults(role), inventory_variables(hostvars, host, errors), from_playbook or {})
+    (plan/variable_check.role_variables); evaluation errors go to ERRORS.
+    PREFIXES: only the host's variables the caller reads (each is templated)."""
+    return variable_check.role_variables(defaults(role), inventory_variables(hostvars, host, errors, prefixes),
+                                         from_playbook or {})
 
 
 def listen_and_reach(hostvars, hosts):
@@ -102,7 +108,7 @@ def listen_and_reach(hostvars, hosts):
     for host in hosts:
         if host not in hostvars:
             continue
-        listen[str(host)] = plain(host_role_variables(hostvars, host, "vllm", errors)["vllm_listen_host"])
+        listen[str(host)] = plain(host_role_variables(hostvars, host, "vllm", errors, prefixes=("vllm_",))["vllm_listen_host"])
         value = hostvars[host].get("ansible_host") if hasattr(hostvars[host], "get") else None
         reach[str(host)] = str(value) if value else str(host)
     if errors:

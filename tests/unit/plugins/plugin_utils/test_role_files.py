@@ -8,6 +8,7 @@ from __future__ import annotations
 import yaml
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
+from ansible_collections.gpufleet.numa.plugins.module_utils.common import checks
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
 
 
@@ -34,3 +35,37 @@ def test_listen_and_reach_take_the_roles_default_and_the_hosts_own_address():
     hostvars = {"a": {"ansible_host": "10.0.0.1"}, "b": {"vllm_listen_host": "0.0.0.0"}}
     assert role_files.listen_and_reach(hostvars, ["a", "b", "gone"]) == (
         {"a": "127.0.0.1", "b": "0.0.0.0"}, {"a": "10.0.0.1", "b": "b"})
+
+
+class HostVariables(dict):
+    """A host's variables as hostvars gives them: each read templates the
+    value, and one whose template fails raises."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read = []
+
+    def __getitem__(self, name):
+        self.read.append(name)
+        value = super().__getitem__(name)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+
+def test_a_per_host_filter_reads_only_the_variables_of_its_prefixes():
+    host = HostVariables(vllm_listen_host="0.0.0.0", vllm_unit_dir="/etc/systemd/system",
+                         gpufleet_metrics_dir=ValueError("lookup('env', 'X') failed"), audit_report="/tmp/r.html",
+                         gateway_listen_port=8080, numa_capture="/c.yml", ansible_host="10.0.0.1")
+    errors = []
+    listen, reach = role_files.listen_and_reach({"a": host}, ["a"])
+    assert (listen, reach) == ({"a": "0.0.0.0"}, {"a": "10.0.0.1"})
+    assert sorted(set(host.read)) == ["vllm_listen_host", "vllm_unit_dir"]
+    host.read.clear()
+    merged = role_files.host_role_variables({"a": host}, "a", "gateway", errors, prefixes=("gateway_",))
+    assert merged["gateway_listen_port"] == 8080 and errors == [] and set(host.read) == {"gateway_listen_port"}
+    # Without prefixes, every variable of the collection's prefixes is read:
+    # one that cannot be evaluated is an error naming it.
+    assert sorted(role_files.inventory_variables({"a": host}, "a", errors)) == [
+        "audit_report", "gateway_listen_port", "numa_capture", "vllm_listen_host", "vllm_unit_dir"]
+    assert errors == ["a: gpufleet_metrics_dir: cannot be evaluated (%s)" % checks.show("lookup('env', 'X') failed", 200)]
