@@ -40,6 +40,17 @@ def tasks(playbook):
             yield playbook, dict(role, name="role %s" % role.get("role"))
 
 
+def roles_of(playbook):
+    """role name -> its entry: a play's roles, and the tasks that import one."""
+    found = {}
+    for _source, task in tasks(playbook):
+        if "role" in task:
+            found[task["role"]] = task
+        elif "ansible.builtin.import_role" in task:
+            found[task["ansible.builtin.import_role"]["name"]] = task
+    return found
+
+
 def _events(playbook):
     return [(source, task) for source, task in tasks(playbook)
             # run_report, run_plan_lines, run_host and run_shares read the run, they do not advance it
@@ -95,7 +106,7 @@ def test_per_host_tasks_read_their_slice_not_the_fleet():
     """The role's instances, its servers on the gateways and its partners'
     addresses come from the host's slice of the run (computed once per run);
     the gateway's backends are computed once, in the run."""
-    roles = dict((task["role"], task) for _source, task in tasks("deploy_inference.yml") if "role" in task)
+    roles = roles_of("deploy_inference.yml")
     vllm = roles["gpufleet.numa.vllm"]["vars"]
     # The vllm play takes each host's share of the run once (run_shares), and
     # the role and its `when` (evaluated for every task of the role) read
@@ -119,8 +130,8 @@ def test_per_host_tasks_read_their_slice_not_the_fleet():
     assert vllm["vllm_node_addresses"] == "{{ __gpufleet_host_run.slice.node_addresses }}"
     assert "__gpufleet_run_now" not in json.dumps(vllm) and "__gpufleet_slice" not in json.dumps(vllm)
     for playbook in RUN_PLAYBOOKS:
-        roles = dict((task["role"], task["vars"]) for _source, task in tasks(playbook) if "role" in task)
-        assert roles["gpufleet.numa.gateway"]["gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
+        roles = roles_of(playbook)
+        assert roles["gpufleet.numa.gateway"]["vars"]["gateway_backends"] == "{{ __gpufleet_gateway_backends }}"
     take_down = yaml.safe_load((PLAYBOOKS / "tasks" / "take_down.yml").read_text())[1]["vars"]
     assert take_down == {"vllm_remove_files": "{{ __gpufleet_slice.files }}",
                          "vllm_remove_instances": "{{ __gpufleet_slice.recorded }}",
