@@ -19,7 +19,6 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, layout, rollout
-from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 NAME = "gpufleet.numa.vllm_host_state"
@@ -40,15 +39,11 @@ class ActionModule(ActionBase):
         except ValueError as exc:
             return dict(result, failed=True, msg="%s: %s" % (NAME, exc))
         gather = rollout.wants_service_manager(variables.get("vllm_manage_service"), variables.get("service_mgr") or "")
-        # The host's answer is data: only stat_paths' own fields are kept.
-        looked, warnings = host_results.keep_defined(self._execute_module(
-            module_name="gpufleet.numa.stat_paths", module_args={"paths": paths, "service_mgr": gather},
-            task_vars=task_vars), "stat_paths")
-        if warnings:
-            result["warnings"] = list(result.get("warnings") or []) + warnings
-        if looked.get("failed"):
+        looked = self._execute_module(module_name="gpufleet.numa.stat_paths",
+                                      module_args={"paths": paths, "service_mgr": gather}, task_vars=task_vars)
+        if looked.get("failed") or looked.get("unreachable"):
             return dict(result, failed=True, msg="%s: looking at the host failed: %s" % (NAME, looked.get("msg", "")),
-                        **dict((key, looked[key]) for key in ("rc", "module_stdout", "module_stderr") if key in looked))
+                        **dict((key, looked[key]) for key in ("rc", "stdout", "stderr") if key in looked))
         facts = looked.get("ansible_facts") or {}
         if "service_mgr" in facts:
             variables["service_mgr"] = facts["service_mgr"] or ""

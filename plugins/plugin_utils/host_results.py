@@ -12,8 +12,7 @@ the rest is dropped. One checker for every such result:
 
 - keep_defined(): numa_facts. Unknown keys are dropped with a warning that
   names them (cut and escaped), never their values; a defined field of the
-  wrong shape fails the result. Also numa_bandwidth, numa_preflight, and
-  stat_paths as role vllm's vllm_host_state action reads it.
+  wrong shape fails the result.
 - audit_module_result(): numa_audit. A field of the wrong shape fails that
   host with a message naming the field ("host gpu-a: numa_audit
   result.processes[3].pid: must be an integer >= 0 (got 'x')"), never a
@@ -142,17 +141,8 @@ NUMA_PREFLIGHT_FIELDS = dict(GENERIC_FIELDS, readings=PREFLIGHT_READINGS, topolo
 # numa_bandwidth: the host's figures (docs/bandwidth.md), checked whole.
 NUMA_BANDWIDTH_FIELDS = dict(GENERIC_FIELDS, bandwidth="bandwidth")
 
-# stat_paths, as role vllm's look (the vllm_host_state action) reads it:
-# find's fields per path, and the service manager where it was asked for.
-_STAT_ENTRY = ("dict", {
-    "path": "str", "mode": "str", "isdir": "bool", "isreg": "bool", "islnk": "bool", "xusr": "bool", "xgrp": "bool",
-    "xoth": "bool", "uid": "int", "gid": "int", "pw_name": "str", "gr_name": "str", "size": "int", "checksum": "str",
-}, ("path",))
-STAT_PATHS_FIELDS = dict(GENERIC_FIELDS, files=("list", _STAT_ENTRY, MAX_ITEMS), ansible_facts=("map", "any", 16))
-
 # The table: per module, its top-level fields and its facts.
 MODULE_FIELDS = {
-    "stat_paths": {"fields": STAT_PATHS_FIELDS, "facts": {"service_mgr": "str"}},
     "numa_facts": {"fields": NUMA_FACTS_FIELDS, "facts": NUMA_FACTS_FACTS},
     "numa_audit": {"fields": NUMA_AUDIT_FIELDS, "facts": {}},
     "numa_bandwidth": {"fields": NUMA_BANDWIDTH_FIELDS, "facts": {}},

@@ -23,10 +23,8 @@ from ansible.playbook.task import Task
 from ansible.template import Templar
 
 from ansible_collections.gpufleet.numa.tests.fixtures import paths as fixture_paths
-from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import PLANS, VARIABLES
 from ansible_collections.gpufleet.numa.plugins.action import numa_audit as numa_audit_action
 from ansible_collections.gpufleet.numa.plugins.action import numa_facts as numa_facts_action
-from ansible_collections.gpufleet.numa.plugins.action import vllm_host_state as vllm_host_state_action
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 
 REPO = fixture_paths.REPO
@@ -69,28 +67,6 @@ def test_numa_facts_live_drops_facts_the_module_does_not_define():
         assert repr(key) in warning[0]
     # Names only: a value chosen by the host is not echoed.
     assert "10.9.9.9" not in warning[0] and "beta" not in warning[0] and "/some/dir" not in warning[0]
-
-
-def run_look(host_result):
-    """Role vllm's first task on a host whose service manager is asked for (auto, not known yet)."""
-    args = {"instances": [PLANS[0][2]["instances"][0]],
-            "variables": dict(VARIABLES, vllm_manage_service="auto", service_mgr="", host="gpu-a")}
-    return action(vllm_host_state_action, host_result, args).run(task_vars={"inventory_hostname": "gpu-a"})
-
-
-def test_vllm_look_keeps_only_the_service_manager_of_the_hosts_facts():
-    result = run_look({"changed": False, "files": [], "extra": "x",
-                       "ansible_facts": dict(HOSTILE_FACTS, service_mgr="systemd")})
-    assert not result.get("failed"), result.get("msg")
-    assert result["ansible_facts"] == {"service_mgr": "systemd"}
-    assert result["manage_service"] is True and "extra" not in result
-    dropped = [w for w in result["warnings"] if "ansible_facts" in w]
-    assert len(dropped) == 1 and "10.9.9.9" not in dropped[0]
-
-
-def test_vllm_look_fails_on_a_file_entry_of_the_wrong_shape():
-    result = run_look({"changed": False, "files": [{"path": 5}]})
-    assert result["failed"] and "files[0].path must be a string" in result["msg"], result["msg"]
 
 
 def test_numa_facts_live_drops_top_level_keys_the_module_does_not_define():
