@@ -41,8 +41,8 @@ options:
   service_mgr:
     description:
       - Also gather the host's service manager, as M(ansible.builtin.setup) does with O(ansible.builtin.setup#module:gather_subset)
-        V(service_mgr) (the same fact collector, with the platform and distribution it reads), and return it as the
-        fact C(service_mgr). Role C(gpufleet.numa.vllm) asks for it where C(vllm_manage_service=auto) decides by it,
+        V(service_mgr), and return it as the fact C(service_mgr): the name of PID 1's program where it says (as
+        that collector reads it first), else the same fact collector, with the platform and distribution it reads. Role C(gpufleet.numa.vllm) asks for it where C(vllm_manage_service=auto) decides by it,
         so that its look at the host needs no separate M(ansible.builtin.setup) call.
     type: bool
     default: false
@@ -164,11 +164,37 @@ def stat_paths(paths, checksum_max_bytes):
     return [found[path] for path in sorted(found)]
 
 
+# What ansible.builtin.setup's service manager collector names each PID 1
+# program it maps (ansible-core 2.17 to 2.19); any other name is its own.
+PID_1_NAMES = {"procd": "openwrt_init", "runit-init": "runit", "svscan": "svc", "openrc-init": "openrc"}
+
+
+def named_by_pid_1(comm="/proc/1/comm"):
+    """The service manager PID 1's name says, read as setup's collector reads
+    it first (and then reads no other fact); None where it does not say (no
+    name, 'init', or a shell, as in many containers)."""
+    try:
+        with open(comm) as source:
+            name = os.path.basename(source.read().strip()).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not name or name == "init" or name.endswith("sh"):
+        return None
+    return PID_1_NAMES.get(name, name)
+
+
 def service_manager(module):
-    """The service manager, as setup's service_mgr subset gathers it: the
-    platform and distribution facts first (the collector reads them where
-    PID 1 does not say), then the service manager's own collector.
-    Imported here: a look that does not ask for it compiles none of them."""
+    """The service manager, as setup's service_mgr subset gathers it.
+
+    Where PID 1's name says (systemd on a GPU server), that name. Only
+    elsewhere are the fact collectors run: the platform and distribution
+    first, then the service manager's own. Importing any of them imports
+    every fact collector (ansible.module_utils.facts' package does), compiled
+    from the module's zip on each call: that was most of a look's cost."""
+    named = named_by_pid_1()
+    if named is not None:
+        return named
+
     from ansible.module_utils.facts.namespace import PrefixFactNamespace
     from ansible.module_utils.facts.system.distribution import DistributionFactCollector
     from ansible.module_utils.facts.system.platform import PlatformFactCollector

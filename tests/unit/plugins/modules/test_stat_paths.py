@@ -57,15 +57,18 @@ def looked_at(tree):
             str(tree / "etc" / "missing")]
 
 
-def run_module(name, args):
-    """The result of module NAME with ARGS, run by the real `ansible` command on localhost."""
+def run_module(name, args, pid_1_shell=False):
+    """The result of module NAME with ARGS, run by the real `ansible` command on localhost
+    (with PID_1_SHELL, in a PID namespace of its own whose PID 1 is a shell, as in many containers)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(fixture_paths.REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    out = subprocess.run([os.path.join(fixture_paths.REPO, ".venv", "bin", "ansible"), "localhost", "-c", "local",
-                          "-i", "localhost,", "-m", name, "-a", json.dumps(args),
-                          "-e", "ansible_python_interpreter=" + sys.executable],
-                         capture_output=True, text=True, check=False, timeout=120, env=env)
+    command = [os.path.join(fixture_paths.REPO, ".venv", "bin", "ansible"), "localhost", "-c", "local",
+               "-i", "localhost,", "-m", name, "-a", json.dumps(args), "-e", "ansible_python_interpreter=" + sys.executable]
+    if pid_1_shell:
+        # sh stays PID 1 (it does not exec a command that is not its last)
+        command = ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", '"$@"; exit $?', "sh"] + command
+    out = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     return json.loads(out.stdout.split(" => ", 1)[1])
 
@@ -120,11 +123,28 @@ def test_bad_paths_are_refused_naming_the_rule(path, message):
         stat_paths.stat_paths([path], 0)
 
 
-def test_service_mgr_is_what_setup_gathers_and_only_when_asked(tree):
+@pytest.mark.parametrize("pid_1_shell", [False, True], ids=["named-by-pid-1", "pid-1-a-shell"])
+def test_service_mgr_is_what_setup_gathers_and_only_when_asked(tree, pid_1_shell):
     """Role vllm's look also gathers the service manager where it decides:
-    the same fact as setup's service_mgr subset, in the same module call."""
-    setup = run_module("ansible.builtin.setup", {"gather_subset": ["!all", "!min", "service_mgr"]})
-    looked = run_module("gpufleet.numa.stat_paths", {"paths": [str(tree / "etc" / "vllm")], "service_mgr": True})
+    the same fact as setup's service_mgr subset, in the same module call;
+    by PID 1's name where it says, by the fact collectors where it does not."""
+    setup = run_module("ansible.builtin.setup", {"gather_subset": ["!all", "!min", "service_mgr"]}, pid_1_shell)
+    looked = run_module("gpufleet.numa.stat_paths", {"paths": [str(tree / "etc" / "vllm")], "service_mgr": True},
+                        pid_1_shell)
     assert looked["ansible_facts"] == {"service_mgr": setup["ansible_facts"]["ansible_service_mgr"]}
     assert [entry["path"] for entry in looked["files"]] == [str(tree / "etc" / "vllm")]
     assert "ansible_facts" not in run_module("gpufleet.numa.stat_paths", {"paths": [str(tree / "etc" / "vllm")]})
+
+
+@pytest.mark.parametrize("comm, named", [
+    ("systemd\n", "systemd"), ("procd\n", "openwrt_init"), ("runit-init\n", "runit"), ("svscan\n", "svc"),
+    ("openrc-init\n", "openrc"), ("s6-svscan\n", "s6-svscan"),
+    ("init\n", None), ("bash\n", None), ("sh\n", None), ("\n", None), (None, None),
+])
+def test_pid_1_names_the_service_manager_as_the_collector_reads_it(tmp_path, comm, named):
+    """Where PID 1's name says, the collector reads no other fact; where it
+    does not (none, init, a shell), the look runs the collectors."""
+    path = tmp_path / "comm"
+    if comm is not None:
+        path.write_text(comm)
+    assert stat_paths.named_by_pid_1(str(path)) == named
