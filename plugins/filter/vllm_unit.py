@@ -4,8 +4,9 @@
 """Filters of role gpufleet.numa.vllm: what each vLLM unit of a host runs
 (vllm_units), which files are stale (vllm_stale), which instances restart
 (vllm_restarting), what each host rolls in which ordinal (vllm_rollout),
-what the host runs once the role succeeded (vllm_deployed) and whether the
-service manager is gathered first (vllm_wants_service_mgr).
+what the host runs once the role succeeded (vllm_deployed), whether the
+service manager is gathered first (vllm_wants_service_mgr) and which hosts'
+units were written but not started (vllm_not_started).
 
 Thin shells around module_utils/deploy/vllm/host_state.py and rollout.py; see docs/plan.md and the role's README.
 """
@@ -91,6 +92,22 @@ def vllm_deployed(units, written):
         raise AnsibleFilterError("gpufleet.numa.vllm_deployed: %s" % exc)
 
 
+def vllm_not_started(hostvars, hosts):
+    """hostvars and hosts -> 'host: why' for each of HOSTS whose units role vllm wrote but does not start
+    (its __vllm's not_started; a host where the role did not run, or was skipped, has none)."""
+    lines = []
+    try:
+        for host in _plain(list(hosts)):
+            variables = hostvars[host] if host in hostvars else {}
+            units = variables["__vllm"] if "__vllm" in variables else {}
+            if not units.get("skipped") and units.get("not_started"):
+                lines.append("%s: %s" % (host, _plain(units["not_started"])))
+    except (TypeError, AttributeError) as exc:
+        raise AnsibleFilterError("gpufleet.numa.vllm_not_started: hostvars must map each host to its variables, "
+                                 "hosts must be a list of host names (%s)" % exc)
+    return lines
+
+
 def vllm_wants_service_mgr(manage_service, service_mgr=""):
     """vllm_manage_service and the service manager known so far -> whether to gather it first."""
     return rollout.wants_service_manager(_plain(manage_service), _plain(service_mgr or ""))
@@ -100,4 +117,5 @@ class FilterModule(object):
     def filters(self):
         return {"vllm_units": vllm_units, "vllm_stale": vllm_stale, "vllm_restarting": vllm_restarting,
                 "vllm_rollout": vllm_rollout, "vllm_deployed": vllm_deployed,
+                "vllm_not_started": vllm_not_started,
                 "vllm_wants_service_mgr": vllm_wants_service_mgr}

@@ -195,3 +195,18 @@ def test_demo_deploy_writes_a_scrape_target_per_running_instance(demo):
     assert written == {e["key"]: ["%s:%d" % (e["address"], e["port"])] for e in demo["instances"]}
     gateways = json.loads((demo["staging"] / "prometheus" / "gateway.json").read_text())
     assert [g["targets"] for g in gateways] == [["127.0.0.1:%d" % demo["gateway"]["metrics_port"]]]
+
+
+def test_demo_report_says_once_why_each_hosts_units_were_not_started(demo):
+    """vllm_manage_service false: the units were written and validated, not
+    started; the report says so once, a line per GPU host (no task of role
+    vllm says it per host)."""
+    output = demo["playbook_output"]
+    assert "TASK [gpufleet.numa.vllm : Say" not in output
+    said = re.findall(r"^TASK \[Say where units were written and validated but not started\].*?(?=^TASK \[|^PLAY )",
+                      output, re.M | re.S)
+    assert len(said) == 1, output[-6000:]
+    text = " ".join(said[0].split())  # the callback folds long lines
+    lines = re.findall(r"- '([\w.-]+): service manager here is \S+ and vllm_manage_service is False: units rendered "
+                       r"and validated in \S+/etc/systemd/system, not started'", text)
+    assert sorted(lines) == sorted(demo["hosts"]), said[0]

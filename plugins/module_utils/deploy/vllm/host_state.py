@@ -64,7 +64,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.command 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import devices
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.download import download_plan, secrets_file
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.instance import check_instances, check_multinode, check_per_worker
-from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import after_write, stale_candidates
+from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.rollout import after_write, not_started_note, stale_candidates
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm.variables import as_list, check_variables
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import layout
 
@@ -135,7 +135,8 @@ def host_units(instances, variables):
      engine (what the install installs and every unit records), pip
      (extra_args of the install, packages removed after it), packages
      (distribution packages), download,
-     manage_service, after_write (what the role includes once it wrote), managed_marker and managed_first_line (the first line
+     manage_service, after_write (what the role includes once it wrote), not_started (why its units are not
+     started, or None), managed_marker and managed_first_line (the first line
      of every file the role writes, and what finds it), variables (checked)}.
     """
     # The instances first: their device class decides what the variables may be.
@@ -183,6 +184,9 @@ def host_units(instances, variables):
         "download": download,
         "manage_service": v["manage_service"],
         "after_write": after_write(stale, download["needed"], v["manage_service"]),
+        # Said once for the fleet by the deploy report (filter vllm_not_started).
+        "not_started": not_started_note(v["manage_service"], variables.get("vllm_manage_service"),
+                                        variables.get("service_mgr"), v["vllm_unit_dir"]),
         # The first line of every file the role writes, and what finds it (the stale-file cleanup).
         "managed_marker": MANAGED_MARKER,
         "managed_first_line": layout.managed_first_line(),

@@ -85,6 +85,16 @@ def after_write(stale_candidates, download_needed, manage_service):
     return {"steps": steps, "include": bool(steps) or bool(manage_service)}
 
 
+def not_started_note(manage_service, vllm_manage_service, service_mgr, unit_dir):
+    """What the deploy report says of a host whose units role vllm wrote but
+    does not start (manage_service false: vllm_manage_service false, or
+    auto where the service manager is not systemd); None where it starts them."""
+    if manage_service:
+        return None
+    return ("service manager here is %s and vllm_manage_service is %s: units rendered and validated in %s, not started"
+            % (service_mgr or "unknown", vllm_manage_service, unit_dir))
+
+
 def wants_service_manager(manage_service, service_mgr):
     """Whether the role must gather the service manager first: only
     vllm_manage_service auto decides by it (any other value is checked,

@@ -80,3 +80,17 @@ def test_the_result_holds_what_the_filter_documents_and_nothing_more():
     assert sorted(result) == sorted(documented)
     for dead in ("unit_names", "config_names", "state_dirs", "executables"):
         assert dead not in result
+
+
+def test_why_units_are_not_started_only_where_the_role_does_not_start_them():
+    """The deploy report says it of a host from not_started: the service
+    manager, vllm_manage_service and where the units are; nothing where the
+    role manages the service."""
+    staging = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_manage_service="auto", service_mgr="none"))
+    assert staging["manage_service"] is False
+    assert staging["not_started"] == ("service manager here is none and vllm_manage_service is auto: units rendered "
+                                      "and validated in %s, not started" % VARIABLES["vllm_unit_dir"])
+    systemd = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_manage_service="auto", service_mgr="systemd"))
+    assert systemd["manage_service"] is True and systemd["not_started"] is None
+    unknown = host_state.host_units([INSTANCE], dict(VARIABLES, vllm_manage_service=False, service_mgr=""))
+    assert unknown["not_started"].startswith("service manager here is unknown and vllm_manage_service is False:")
