@@ -41,6 +41,9 @@ _TEMPLATE_OPTIONS = {} if tuple(int(p) for p in ANSIBLE_CORE_VERSION.split(".")[
 # it is given for each template; the task's own (every fact and variable of
 # the host) made that copy most of a rerun's cost of this task.
 TEMPLATE_VARIABLES = ("__vllm", "vllm_api_key", "vllm_hf_token")
+# What they read of __vllm (the lookup deep-copies the variables for each
+# template, and the rest of __vllm, every unit and file, is most of it).
+TEMPLATE_UNITS_KEYS = ("managed_marker", "variables")
 
 KINDS = ("directory", "copy", "template")
 SOURCE = {"copy": "src", "template": "template"}
@@ -123,6 +126,9 @@ class ActionModule(ActionBase):
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
                                                            templar=self._templar)
         variables = dict((name, task_vars[name]) for name in TEMPLATE_VARIABLES if name in task_vars)
+        if "__vllm" in variables:
+            units = variables["__vllm"]
+            variables["__vllm"] = dict((key, units[key]) for key in TEMPLATE_UNITS_KEYS if key in units)
         # Found here as the template action finds it (the variables given
         # hold no search path); the role's templates include no other file.
         path = self._find_needle("templates", entry["template"])
