@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import address
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import plan as fleet_plan
 from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as fleet_run
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain, plain_data
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import listen_and_reach
 
 
@@ -28,7 +28,7 @@ def _hostvars(name, value):
 
 
 def _run(value):
-    value = plain(value)
+    value = plain_data(value)
     if isinstance(value, dict) and value.get("errors") and "record" not in value:
         raise ValueError("the run could not be planned: %s" % "; ".join(str(e) for e in value["errors"]))
     if not isinstance(value, dict) or "record" not in value or "slices" not in value:
@@ -55,12 +55,13 @@ def _filter(name, call):
 
 def _role_output(hostvars, batch, name):
     """host -> its NAME fact (what role vllm says it did), for the hosts of
-    BATCH that set it: the hosts where the role ran to its end."""
+    BATCH that set it: the hosts where the role ran to its end (set by
+    set_fact from the role's filter: data, read raw)."""
     out = {}
     for host in host_list("the batch", batch):
         value = hostvars[host].get(name) if host in hostvars else None
         if value is not None:
-            out[host] = plain(value)
+            out[host] = plain_data(value)
     return out
 
 

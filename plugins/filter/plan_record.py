@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain as _plain
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain as _plain, plain_data
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import artifact as plan_artifact
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import record as plan_record
 from ansible_collections.gpufleet.numa.plugins.module_utils.plan import report as plan_report
 
 
 def _record(value, name):
-    value = _plain(value)
+    # The kept plan's text, or the record the run holds (data the run
+    # filters made: read raw, plain_data).
+    value = plain_data(value)
     if value is None or value == "":
         return plan_record.empty_record()
     if not isinstance(value, (str, dict)):

@@ -9,6 +9,12 @@ pure logic in module_utils works on (and caches by) plain values.
 
 from __future__ import annotations
 
+try:  # ansible-core 2.19 on: a filter reads variables through lazy containers that template each item read
+    from ansible._internal._templating._lazy_containers import (
+        _AnsibleLazyTemplateDict as _LazyDict, _AnsibleLazyTemplateList as _LazyList, _LazyValue)
+except ImportError:  # before 2.19, or should the private names move: plain() alone
+    _LazyDict = _LazyList = _LazyValue = None
+
 
 def plain(value):
     """Plain dicts/lists/scalars, recursively; mapping keys too."""
@@ -25,6 +31,27 @@ def plain(value):
     if isinstance(value, str):
         return str(value)
     return value
+
+
+def plain_data(value):
+    """plain(VALUE), for data that only the collection's filters made (the
+    run, which set_fact keeps as a fact): its text comes from plain() and is
+    never a template, so ansible-core 2.19's lazy containers are read raw,
+    without templating each item (which was most of each run step's CPU:
+    the run holds every host's record). Anything else goes through plain()."""
+    if _LazyDict is not None and type(value) is _LazyDict:  # pylint: disable=unidiomatic-typecheck
+        return dict((plain(k), plain_data(_raw(v))) for k, v in dict.items(value))
+    if _LazyList is not None and type(value) is _LazyList:  # pylint: disable=unidiomatic-typecheck
+        return [plain_data(_raw(v)) for v in list.__iter__(value)]
+    if type(value) is dict:  # pylint: disable=unidiomatic-typecheck
+        return dict((plain(k), plain_data(v)) for k, v in value.items())
+    if type(value) is list:  # pylint: disable=unidiomatic-typecheck
+        return [plain_data(v) for v in value]
+    return plain(value)
+
+
+def _raw(value):
+    return value.value if type(value) is _LazyValue else value  # pylint: disable=unidiomatic-typecheck
 
 
 def host_list(name, value):

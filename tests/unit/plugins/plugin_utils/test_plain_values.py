@@ -16,7 +16,8 @@ from ansible.plugins.loader import filter_loader
 from ansible.template import Templar
 from ansible.utils.unsafe_proxy import AnsibleUnsafeText, wrap_var
 
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import plain_values
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain, plain_data
 
 try:  # ansible-core 2.19: templates must be trusted to be rendered
     from ansible.template import trust_as_template
@@ -96,6 +97,30 @@ def test_what_a_filter_is_handed_through_the_templar_comes_back_plain(tmp_path):
         "str:ports": ["list", ["int", "str"]]}]}]
     # What the templar handed over was not plain (else this test would prove nothing on this ansible-core).
     assert report["given"] != report["plain"]
+
+
+def test_data_the_filters_made_comes_back_as_plain_makes_it_without_templating_each_item(tmp_path):
+    """plain_data, for the run (a fact only the collection's filters made):
+    what a real filter call is handed, read raw, equals plain()'s reading,
+    every container and scalar plain; on ansible-core 2.19 the filter is
+    handed a lazy container, which plain_data reads without the templar."""
+    (tmp_path / "plain_data_probe.py").write_text(
+        "from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain, plain_data\n\n\n"
+        "class FilterModule(object):\n"
+        "    def filters(self):\n"
+        "        return {'gpufleet_plain_data_probe': lambda value: {'given': type(value).__name__,\n"
+        "                                                            'raw': plain_data(value), 'plain': plain(value)}}\n")
+    filter_loader.add_directory(str(tmp_path))
+    run = {"record": {"hosts": {"gpu-a": {"instances": [{"name": "vllm-0", "port": 8000, "gpus": [0, 1],
+                                                        "multinode": None, "span": False, "ratio": 0.5}]}}},
+           "converged": ["gpu-a"], "gateway": None, "slices": {"gpu-a": {"instances": [], "text": "{{ not a template }}"}}}
+    templar = Templar(loader=DataLoader(), variables={"run": run})
+    report = templar.template(trust_as_template("{{ run | gpufleet_plain_data_probe }}"))
+    assert report["raw"] == report["plain"] == run
+    assert_plain(report["raw"])
+    if plain_values._LazyDict is not None:  # ansible-core 2.19 on: the fast path was taken
+        assert report["given"] == plain_values._LazyDict.__name__
+    assert plain_data(wrap_var(run)) == run and plain_data([AnsibleUnsafeText("x"), (1, 2)]) == ["x", [1, 2]]
 
 
 def test_host_list_takes_a_list_of_names_and_refuses_the_rest():
