@@ -41,8 +41,9 @@ options:
   service_mgr:
     description:
       - Also gather the host's service manager, as M(ansible.builtin.setup) does with O(ansible.builtin.setup#module:gather_subset)
-        V(service_mgr), and return it as the fact C(service_mgr): the name of PID 1's program where it says (as
-        that collector reads it first), else the same fact collector, with the platform and distribution it reads. Role C(gpufleet.numa.vllm) asks for it where C(vllm_manage_service=auto) decides by it,
+        V(service_mgr), and return it as the fact C(service_mgr). Where the name of PID 1's program says which it
+        is, that name (as the collector reads it first); elsewhere the same fact collector, with the platform and
+        distribution it reads. Role C(gpufleet.numa.vllm) asks for it where C(vllm_manage_service=auto) decides by it,
         so that its look at the host needs no separate M(ansible.builtin.setup) call.
     type: bool
     default: false
