@@ -191,7 +191,7 @@ def service_manager(module):
     elsewhere are the fact collectors run: the platform and distribution
     first, then the service manager's own. Importing any of them imports
     every fact collector (ansible.module_utils.facts' package does), compiled
-    from the module's zip on each call: that was most of a look's cost."""
+    from the module's zip on each call: about 0.1 s of CPU per look."""
     named = named_by_pid_1()
     if named is not None:
         return named

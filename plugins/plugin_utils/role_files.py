@@ -108,7 +108,9 @@ def listen_and_reach(hostvars, hosts):
     for host in hosts:
         if host not in hostvars:
             continue
-        listen[str(host)] = plain(host_role_variables(hostvars, host, "vllm", errors, prefixes=("vllm_",))["vllm_listen_host"])
+        # Only vllm_listen_host is read (its default derives from no other variable).
+        listen[str(host)] = plain(host_role_variables(hostvars, host, "vllm", errors,
+                                                      prefixes=("vllm_listen_host",))["vllm_listen_host"])
         value = hostvars[host].get("ansible_host") if hasattr(hostvars[host], "get") else None
         reach[str(host)] = str(value) if value else str(host)
     if errors:

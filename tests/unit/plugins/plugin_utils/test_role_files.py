@@ -60,7 +60,9 @@ def test_a_per_host_filter_reads_only_the_variables_of_its_prefixes():
     errors = []
     listen, reach = role_files.listen_and_reach({"a": host}, ["a"])
     assert (listen, reach) == ({"a": "0.0.0.0"}, {"a": "10.0.0.1"})
-    assert sorted(set(host.read)) == ["vllm_listen_host", "vllm_unit_dir"]
+    # Only vllm_listen_host: its default derives from no other variable.
+    assert sorted(set(host.read)) == ["vllm_listen_host"]
+    assert "{{" not in str(role_files.defaults("vllm")["vllm_listen_host"])
     host.read.clear()
     merged = role_files.host_role_variables({"a": host}, "a", "gateway", errors, prefixes=("gateway_",))
     assert merged["gateway_listen_port"] == 8080 and errors == [] and set(host.read) == {"gateway_listen_port"}
