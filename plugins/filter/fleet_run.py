@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.fleet import run as 
 from ansible_collections.gpufleet.numa.plugins.module_utils.placement import contract
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import host_list, plain, plain_data
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.role_files import listen_and_reach
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import vllm_results
 
 
 def _hostvars(name, value):
@@ -107,13 +108,16 @@ def _report(run, play_hosts, failed, finish, check_mode=False):
 
 
 def _converged(run, hostvars, batch):
-    """The batch's hosts where role vllm ran to its end (they set
-    vllm_deployed), but for those it did not run on (unplannable or
-    refused: a vllm_deployed of theirs is an earlier run's, in the same
-    ansible-playbook)."""
+    """The batch's hosts where role vllm ran to its end: still in the batch
+    (a host that failed leaves it) and with what the role registered (its
+    look, not skipped, and its write: plugin_utils/vllm_results.py), but
+    for those it did not run on (unplannable or refused)."""
     hostvars = _hostvars("hostvars", hostvars)
     run = _run(run)
-    runs = _role_output(hostvars, batch, "vllm_deployed")
+    try:
+        runs = vllm_results.deployed_by_role(hostvars, host_list("the batch", batch))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError("hostvars must hold role vllm's registered __vllm and __vllm_written (%s)" % exc)
     hosts = [h for h in host_list("the batch", batch) if h in runs and h not in run["unplannable"]]
     # Where each converged host's units now listen: kept in its record entry.
     return fleet_run.converged(run, hosts, runs, *listen_and_reach(hostvars, hosts))

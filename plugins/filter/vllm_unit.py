@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain, plain_data
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import vllm_results
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain as _plain
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, rollout
 
 
@@ -80,14 +81,9 @@ def vllm_rollout(hostvars, batch, host, check_mode=False):
 
 
 def vllm_deployed(units, written):
-    """vllm_units' result and the write loop's registered result -> {engine, instances, files} (rollout.deployed_record).
-    Both are results the role registered (data, never templates): read raw (plain_data), and only what the
-    record reads of them, once per host on every run."""
+    """vllm_units' result and the write loop's registered result -> {engine, instances, files} (vllm_results.deployed)."""
     try:
-        results = [dict((key, plain_data(item[key])) for key in ("__vllm_file", "content_sha1") if key in item)
-                   for item in (written.get("results", []) if written else [])]
-        return rollout.deployed_record(plain_data(units["units"]), results, plain_data(units["engine"]),
-                                       plain_data(units["variables"]))
+        return vllm_results.deployed(units, written)
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError("gpufleet.numa.vllm_deployed: the input must be vllm_units' result and written "
                                  "the registered result of the role's write loop (%s)" % exc)

@@ -55,4 +55,4 @@ def test_the_deploy_playbook_runs_the_role_without_ansibles_argument_check():
         plays = yaml.safe_load(source)
     imports = [task["ansible.builtin.import_role"] for play in plays for task in play.get("tasks", [])
                if "ansible.builtin.import_role" in task]
-    assert imports == [{"name": "gpufleet.numa.vllm", "rolespec_validate": False}]
+    assert imports == [{"name": "gpufleet.numa.vllm", "tasks_from": "converge", "rolespec_validate": False}]
