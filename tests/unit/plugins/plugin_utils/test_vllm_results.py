@@ -30,6 +30,11 @@ class OnlyRead(dict):
         assert key in self.readable, "read %s" % key
         return super().__getitem__(key)
 
+    def _whole(self, *args):
+        raise AssertionError("read whole")
+
+    items = values = keys = __iter__ = _whole
+
 
 def test_what_the_role_registered_is_what_its_record_says():
     results = registered(SAID)
