@@ -114,11 +114,12 @@ def _converged(run, hostvars, batch):
     for those it did not run on (unplannable or refused)."""
     hostvars = _hostvars("hostvars", hostvars)
     run = _run(run)
+    batch = host_list("the batch", batch)
     try:
-        runs = vllm_results.deployed_by_role(hostvars, host_list("the batch", batch))
+        runs = vllm_results.deployed_by_role(hostvars, batch)
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError("hostvars must hold role vllm's registered __vllm and __vllm_written (%s)" % exc)
-    hosts = [h for h in host_list("the batch", batch) if h in runs and h not in run["unplannable"]]
+    hosts = [h for h in batch if h in runs and h not in run["unplannable"]]
     # Where each converged host's units now listen: kept in its record entry.
     return fleet_run.converged(run, hosts, runs, *listen_and_reach(hostvars, hosts))
 

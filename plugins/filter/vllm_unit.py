@@ -50,16 +50,15 @@ def vllm_restarting(units, written):
 def _role_state(hostvars, host):
     """What role vllm left in HOST's variables: {units, written, install_changed, agents}, or None where it did not run.
     The install's result counts only where this run installs (__vllm.install): an earlier run's stays behind."""
-    variables = hostvars[host] if host in hostvars else {}
-    if "__vllm" not in variables or "__vllm_written" not in variables:
+    look = vllm_results.role_look(hostvars, host)
+    if look is None or "__vllm_written" not in hostvars[host]:
         return None
-    if variables["__vllm"].get("skipped"):
-        return None  # the role was skipped on HOST: its first task registered a skipped result
+    variables = hostvars[host]
     written = variables["__vllm_written"]
     installed = variables["__vllm_installed"] if "__vllm_installed" in variables else None
-    install_changed = bool(variables["__vllm"].get("install") and installed and installed.get("changed"))
-    return {"units": variables["__vllm"]["units"], "written": written.get("results", []) if written else [],
-            "install_changed": install_changed, "agents": variables["__vllm"].get("agent_services", [])}
+    install_changed = bool(look.get("install") and installed and installed.get("changed"))
+    return {"units": look["units"], "written": written.get("results", []) if written else [],
+            "install_changed": install_changed, "agents": look.get("agent_services", [])}
 
 
 def vllm_rollout(hostvars, batch, host, check_mode=False):
@@ -97,10 +96,9 @@ def vllm_not_started(hostvars, hosts):
     lines = []
     try:
         for host in _plain(list(hosts)):
-            variables = hostvars[host] if host in hostvars else {}
-            units = variables["__vllm"] if "__vllm" in variables else {}
-            if not units.get("skipped") and units.get("not_started"):
-                lines.append("%s: %s" % (host, _plain(units["not_started"])))
+            look = vllm_results.role_look(hostvars, host)
+            if look is not None and look.get("not_started"):
+                lines.append("%s: %s" % (host, _plain(look["not_started"])))
     except (TypeError, AttributeError) as exc:
         raise AnsibleFilterError("gpufleet.numa.vllm_not_started: hostvars must map each host to its variables, "
                                  "hosts must be a list of host names (%s)" % exc)

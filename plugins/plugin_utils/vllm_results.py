@@ -28,17 +28,21 @@ def deployed(units, written):
                                    plain_data(units["variables"]))
 
 
+def role_look(hostvars, host):
+    """HOST's registered look (__vllm), or None where role vllm did not run
+    there: not registered, or skipped (the role skipped on a host registers
+    a skipped result). The one test of whether the role ran on a host."""
+    variables = hostvars[host] if host in hostvars else {}
+    look = variables["__vllm"] if "__vllm" in variables else None
+    return None if look is None or look.get("skipped") else look
+
+
 def deployed_by_role(hostvars, hosts):
-    """host -> deployed() for each of HOSTS where role vllm ran: it
-    registered its look, not skipped (the role skipped on a host registers
-    a skipped result), and its write."""
+    """host -> deployed() for each of HOSTS where role vllm ran (role_look)
+    and registered its write."""
     out = {}
     for host in hosts:
-        variables = hostvars[host] if host in hostvars else {}
-        if "__vllm" not in variables or "__vllm_written" not in variables:
-            continue
-        units = variables["__vllm"]
-        if units.get("skipped"):
-            continue
-        out[host] = deployed(units, variables["__vllm_written"])
+        look = role_look(hostvars, host)
+        if look is not None and "__vllm_written" in hostvars[host]:
+            out[host] = deployed(look, hostvars[host]["__vllm_written"])
     return out

@@ -67,3 +67,10 @@ def test_a_unit_the_write_did_not_report_is_an_error():
     ran = registered(SAID)
     with pytest.raises(ValueError, match="content_sha1 of every unit"):
         vllm_results.deployed(ran["__vllm"], {"results": ran["__vllm_written"]["results"][:1]})
+
+
+def test_the_role_ran_where_it_registered_a_look_not_skipped():
+    look = registered(SAID)["__vllm"]
+    hostvars = {"ran": {"__vllm": look}, "skipped": {"__vllm": {"skipped": True}}, "nothing": {}}
+    assert vllm_results.role_look(hostvars, "ran") is look
+    assert [vllm_results.role_look(hostvars, host) for host in ("skipped", "nothing", "gone")] == [None, None, None]
