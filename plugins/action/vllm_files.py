@@ -4,7 +4,8 @@
 """Action for gpufleet.numa.vllm_files: role vllm's writes, only what differs, in one module call.
 
 On the controller: renders each entry's template (the role's templates, as
-the template lookup renders them, with the variables they read,
+the template lookup renders them, each compiled once per process:
+plugin_utils/role_templates.py; with the variables they read,
 TEMPLATE_VARIABLES, the entry as __vllm_file) or reads its helper program
 (the role's files), and asks
 module_utils/deploy/vllm/rollout.py write_needed whether the host's copy
@@ -23,26 +24,22 @@ from __future__ import annotations
 
 import hashlib
 
+from jinja2 import TemplateError
+
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
-from ansible.release import __version__ as ANSIBLE_CORE_VERSION
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import rollout
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_templates
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
-# The template lookup's convert_data: needed before ansible-core 2.19 (text
-# that looks like YAML would come back as data), deprecated from 2.19 on
-# (it always returns the text).
-_TEMPLATE_OPTIONS = {} if tuple(int(p) for p in ANSIBLE_CORE_VERSION.split(".")[:2]) >= (2, 19) else {"convert_data": False}
-
 # What the role's templates read: what role vllm works out (__vllm, from
-# vllm_units) and the two secrets. The template lookup copies the variables
-# it is given for each template; the task's own (every fact and variable of
-# the host) made that copy most of a rerun's cost of this task.
+# vllm_units) and the two secrets; nothing else of the host's variables
+# is evaluated for them.
 TEMPLATE_VARIABLES = ("__vllm", "vllm_api_key", "vllm_hf_token")
-# What they read of __vllm (the lookup deep-copies the variables for each
-# template, and the rest of __vllm, every unit and file, is most of it).
+# What they read of __vllm (the rest of it, every unit and file, is most
+# of it; the entry itself is __vllm_file).
 TEMPLATE_UNITS_KEYS = ("managed_marker", "variables")
 
 KINDS = ("directory", "copy", "template")
@@ -83,8 +80,9 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         entries = _checked_entries(plain(self._task.args.get("entries")))
         results, writes, secrets, sent = [], [], {}, []
+        given = self._template_variables(task_vars)
         for entry in entries:
-            content = self._content(entry, task_vars)
+            content = self._content(entry, given)
             content_sha1 = None if content is None else hashlib.sha1(to_bytes(content, errors="surrogate_or_strict")).hexdigest()
             item = {"__vllm_file": entry}
             if content_sha1 is not None and not entry.get("secret"):
@@ -116,21 +114,34 @@ class ActionModule(ActionBase):
             result.update(skipped=True, skip_reason="every directory and file is as planned")
         return result
 
-    def _content(self, entry, task_vars):
+    def _template_variables(self, task_vars):
+        """What the templates read (TEMPLATE_VARIABLES), as plain values,
+        evaluated once for every entry: the secrets as the host's variables
+        give them (they may be templates or lookups), __vllm's keys as the
+        role's look registered them."""
+        given = {}
+        for name in TEMPLATE_VARIABLES:
+            if name not in task_vars:
+                continue
+            if name == "__vllm":
+                units = task_vars[name]
+                given[name] = plain(dict((key, units[key]) for key in TEMPLATE_UNITS_KEYS if key in units))
+            else:
+                given[name] = plain(self._templar.template(task_vars[name]))
+        return given
+
+    def _content(self, entry, given):
         """What the role writes at the entry's path, worked out here (None for a directory)."""
         if entry["kind"] == "directory":
             return None
         if entry["kind"] == "copy":
             with open(self._find_needle("files", entry["src"]), "rb") as source:
                 return to_text(source.read(), errors="surrogate_or_strict")
-        lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
-                                                           templar=self._templar)
-        variables = dict((name, task_vars[name]) for name in TEMPLATE_VARIABLES if name in task_vars)
-        if "__vllm" in variables:
-            units = variables["__vllm"]
-            variables["__vllm"] = dict((key, units[key]) for key in TEMPLATE_UNITS_KEYS if key in units)
         # Found here as the template action finds it (the variables given
         # hold no search path); the role's templates include no other file.
         path = self._find_needle("templates", entry["template"])
-        (text,) = lookup.run([path], variables=dict(variables, __vllm_file=entry), **_TEMPLATE_OPTIONS)
-        return text
+        try:
+            return role_templates.render(path, dict(given, __vllm_file=entry))
+        except TemplateError as exc:
+            raise AnsibleActionFail("gpufleet.numa.vllm_files: rendering %s for %s failed: %s"
+                                    % (entry["template"], entry["path"], exc))

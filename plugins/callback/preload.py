@@ -15,7 +15,8 @@ description:
     C(gpufleet.numa) filter loads every filter file of the collection and
     the code they import.
   - This callback loads them once in the main process, with the roles'
-    defaults and argument specs they read, so that each worker inherits
+    defaults and argument specs they read and role vllm's templates
+    compiled, so that each worker inherits
     them instead of compiling and parsing them again, which saves
     controller CPU on every task of every host (figures in the
     deployment guide, docs/deploy.md).
@@ -50,5 +51,7 @@ class CallbackModule(CallbackBase):
         for found in pkgutil.iter_modules(action.__path__):
             action_loader.get("%s.%s" % (COLLECTION, found.name), class_only=True)
         # The roles' defaults and argument specs, which per-host filters read.
-        from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files
+        from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_files, role_templates
         role_files.preload()
+        # Role vllm's templates, compiled (the vllm_files action renders them for every host).
+        role_templates.preload()

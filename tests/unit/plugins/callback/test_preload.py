@@ -3,8 +3,8 @@
 # Apache License 2.0 (see LICENSE)
 """The preload callback in real ansible-playbook runs: a task's worker
 process finds every filter file and action plugin of the collection
-already loaded (inherited from the main process), and loads none without
-the callback. A probe action beside the playbook reports what its worker
+already loaded and role vllm's templates compiled (inherited from the
+main process), and none of them without the callback. A probe action beside the playbook reports what its worker
 holds before anything in the task is templated."""
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class ActionModule(ActionBase):
         prefix = "ansible_collections.gpufleet.numa.plugins."
         result["filter_files"] = sorted(path for path in filter_loader._module_cache if "/gpufleet/numa/plugins/filter/" in path)
         result["actions"] = sorted(name for name in sys.modules if name.startswith(prefix + "action."))
+        templates = sys.modules.get(prefix + "plugin_utils.role_templates")
+        result["templates"] = templates.compiled.cache_info().currsize if templates else 0
         return result
 '''
 
@@ -81,9 +83,11 @@ def test_each_worker_inherits_every_filter_file_and_action(tmp_path):
     assert sorted(os.path.basename(path) for path in found["filter_files"]) == filters
     actions = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "plugins", "action")) if name.endswith(".py"))
     assert [name.rsplit(".", 1)[1] for name in found["actions"]] == actions
+    templates = [name for name in os.listdir(os.path.join(REPO, "roles", "vllm", "templates")) if name.endswith(".j2")]
+    assert found["templates"] == len(templates) > 0
 
 
 def test_without_it_a_worker_starts_with_none(tmp_path):
     # What the test above sees comes from the callback, not from the probe.
     found = held(tmp_path, "")
-    assert found["filter_files"] == [] and found["actions"] == []
+    assert found["filter_files"] == [] and found["actions"] == [] and found["templates"] == 0
