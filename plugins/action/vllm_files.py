@@ -35,9 +35,10 @@ from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_template
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 # What the role's templates read: what role vllm works out (__vllm, from
-# vllm_units) and the two secrets; nothing else of the host's variables
-# is evaluated for them.
-TEMPLATE_VARIABLES = ("__vllm", "vllm_api_key", "vllm_hf_token")
+# vllm_units) and the two secrets (the task's secrets, which Ansible
+# evaluated: a vault's, a lookup's); nothing else of the host's variables.
+SECRET_VARIABLES = ("vllm_api_key", "vllm_hf_token")
+TEMPLATE_VARIABLES = ("__vllm",) + SECRET_VARIABLES
 # What they read of __vllm (the rest of it, every unit and file, is most
 # of it; the entry itself is __vllm_file).
 TEMPLATE_UNITS_KEYS = ("managed_marker", "variables")
@@ -74,7 +75,7 @@ def _host_write(entry, content):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("entries",))
+    _VALID_ARGS = frozenset(("entries", "secrets"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -116,19 +117,16 @@ class ActionModule(ActionBase):
 
     def _template_variables(self, task_vars):
         """What the templates read (TEMPLATE_VARIABLES), as plain values,
-        evaluated once for every entry: the secrets as the host's variables
-        give them (they may be templates or lookups), __vllm's keys as the
-        role's look registered them."""
-        given = {}
-        for name in TEMPLATE_VARIABLES:
-            if name not in task_vars:
-                continue
-            if name == "__vllm":
-                units = task_vars[name]
-                given[name] = plain(dict((key, units[key]) for key in TEMPLATE_UNITS_KEYS if key in units))
-            else:
-                given[name] = plain(self._templar.template(task_vars[name]))
-        return given
+        worked out once for every entry: __vllm's keys as the role's look
+        registered them, the secrets as the task gives them."""
+        secrets = plain(self._task.args.get("secrets") or {})
+        if not isinstance(secrets, dict) or sorted(secrets) != sorted(SECRET_VARIABLES) \
+                or not all(isinstance(value, str) for value in secrets.values()):
+            # The values are secrets: never shown.
+            raise AnsibleActionFail("gpufleet.numa.vllm_files: secrets must map %s each to text"
+                                    % " and ".join(SECRET_VARIABLES))
+        units = task_vars.get("__vllm") or {}
+        return dict(secrets, __vllm=plain(dict((key, units[key]) for key in TEMPLATE_UNITS_KEYS if key in units)))
 
     def _content(self, entry, given):
         """What the role writes at the entry's path, worked out here (None for a directory)."""

@@ -39,6 +39,14 @@ options:
       - The action turns them into O(writes) and O(secret_contents) for the host.
     type: list
     elements: dict
+  secrets:
+    description:
+      - The secrets the role's C(secrets.env) template reads, C(vllm_api_key) and C(vllm_hf_token), as the
+        task's variables give them (a vault, a lookup or another variable: Ansible evaluates them). Never
+        logged.
+      - Only the action reads it.
+    type: dict
+    default: {}
   writes:
     description:
       - Set by the action, not by a task - what the host writes, in order; each with C(path), C(kind)
@@ -72,6 +80,9 @@ EXAMPLES = r"""
 - name: Write the role's directories, helpers and files
   gpufleet.numa.vllm_files:
     entries: "{{ __vllm.writes }}"
+    secrets:
+      vllm_api_key: "{{ vllm_api_key }}"
+      vllm_hf_token: "{{ vllm_hf_token }}"
   register: __vllm_written
 """
 
@@ -155,6 +166,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             entries=dict(type="list", elements="dict"),
+            secrets=dict(type="dict", default={}, no_log=True),
             writes=dict(type="list", elements="dict", default=[]),
             secret_contents=dict(type="dict", default={}, no_log=True),
         ),

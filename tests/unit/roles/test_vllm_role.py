@@ -484,6 +484,28 @@ def test_vllm_secrets_only_in_environment_file(rendered):
     assert "SECRET123" not in rendered["output"] and "sk-" not in rendered["output"]
 
 
+def test_vllm_secrets_from_a_vault_and_from_a_template(tmp_path, monkeypatch):
+    """A secret as operators give it: vault-encrypted in host_vars, or a
+    template of another variable; secrets.env holds the plain values."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    password = tmp_path / "vault-password"
+    password.write_text("test-vault-password\n")
+    vault = VaultLib([("default", VaultSecret(b"test-vault-password"))])
+    encrypted = vault.encrypt("hf_VAULTED$ecret").decode()
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "vaulted.yml").write_text(
+        "vllm_hf_token: !vault |\n" + "".join("  %s\n" % line for line in encrypted.splitlines())
+        + "key_source: sk-TEMPLATED-\"q\"\n" + "vllm_api_key: \"{{ key_source }}\"\n")
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(password))
+    root = tmp_path / "vaulted"
+    root.mkdir()
+    rc, output, dummy = run_hosts(tmp_path, {"vaulted": dict(staging_vars(root), vllm_instances=plan_instances("h100_tp4"))})
+    assert rc == 0, output
+    assert (config_dir(root) / "secrets.env").read_text().splitlines()[1:] == [
+        'VLLM_API_KEY="sk-TEMPLATED-\\"q\\""', 'HF_TOKEN="hf_VAULTED\\$ecret"']
+    assert "VAULTED" not in output and "TEMPLATED" not in output
+
+
 def test_vllm_strict_hardening_verifies_and_scores_lower(rendered, tmp_path):
     default = unit_dir(rendered["roots"]["h100_tp4"]) / "gpufleet-vllm-0.service"
     strict = unit_dir(rendered["roots"]["h100_tp4_strict"]) / "gpufleet-vllm-0.service"
