@@ -34,7 +34,8 @@ options:
     required: true
   variables:
     description:
-      - Every role variable that reaches a unit, an option file or a command line, by name, with C(service_mgr)
+      - Every role variable that reaches a unit, an option file or a command line, by name (but
+        C(vllm_instances), which is O(instances)), with C(service_mgr)
         (the host's service manager, V('') when not gathered) and C(host) (the inventory name); the role passes
         its C(__vllm_variables).
     type: dict
