@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE)
 """Filters of role gpufleet.numa.vllm: what each vLLM unit of a host runs
 (vllm_units), which files are stale (vllm_stale), which instances restart
-(vllm_restarting), what each host rolls in which ordinal (vllm_rollout),
+(vllm_restarting), what each host of a batch rolls in which ordinal (vllm_rollout),
 what the host runs once the role succeeded (vllm_deployed), whether the
 service manager is gathered first (vllm_wants_service_mgr) and which hosts'
 units were written but not started (vllm_not_started).
@@ -61,19 +61,32 @@ def _role_state(hostvars, host):
             "install_changed": install_changed, "agents": look.get("agent_services", [])}
 
 
-def vllm_rollout(hostvars, batch, host, check_mode=False):
-    """hostvars, the play batch and this host -> {ordinals, steps} (rollout.host_rollout)."""
+def vllm_rollout(hostvars, batch, check_mode=False):
+    """hostvars and the play batch -> [{host, rollout: {agents, ordinals,
+    steps}}] for every host of the batch (rollout.batch_rollout), each
+    host's role state read once."""
+    if not isinstance(_plain(check_mode), bool):
+        raise AnsibleFilterError("gpufleet.numa.vllm_rollout: check_mode must be a boolean (ansible_check_mode; "
+                                 "got %r)" % (check_mode,))
     try:
-        names = set(_plain(list(batch))) | set([_plain(host)])
-        state = _role_state(hostvars, host)
-        for unit in (state or {}).get("units", []):
-            names |= set(_plain((unit.get("multinode") or {}).get("hosts") or []))
+        batch = [str(name) for name in _plain(list(batch))]
         states = {}
-        for name in sorted(names):
+        for name in batch:
             found = _role_state(hostvars, name)
             if found is not None:
                 states[name] = _plain(found)
-        return rollout.host_rollout(_plain(host), states, _plain(list(batch)), bool(check_mode))
+        # The other hosts of the batch's multi-node instances (a partner's
+        # restart restarts the instance everywhere).
+        partners = set()
+        for state in list(states.values()):
+            for unit in state["units"]:
+                partners.update((unit.get("multinode") or {}).get("hosts") or [])
+        for name in sorted(partners - set(states)):
+            found = _role_state(hostvars, name)
+            if found is not None:
+                states[name] = _plain(found)
+        rolled = rollout.batch_rollout(states, batch, check_mode)
+        return [{"host": name, "rollout": rolled[name]} for name in batch]
     except (KeyError, TypeError, AttributeError) as exc:
         raise AnsibleFilterError("gpufleet.numa.vllm_rollout: hostvars must hold role vllm's __vllm and "
                                  "__vllm_written for the hosts of the batch (%s)" % exc)

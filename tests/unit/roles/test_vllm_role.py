@@ -708,7 +708,8 @@ REPORT_PLAYBOOK = """\
           {{ {'deployed': vllm_deployed,
               'written': __vllm_written.results | selectattr('changed') | map(attribute='__vllm_file.path')
                          | map('basename') | list,
-              'restart': (hostvars | gpufleet.numa.vllm_rollout(ansible_play_batch, inventory_hostname)).steps
+              'restart': (hostvars | gpufleet.numa.vllm_rollout(ansible_play_batch)
+                          | selectattr('host', 'equalto', inventory_hostname) | first).rollout.steps
                          | select | selectattr('restart') | map(attribute='name') | list} | to_json }}
         dest: "{{ report_out }}"
         mode: "0644"

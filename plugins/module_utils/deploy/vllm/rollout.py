@@ -102,29 +102,38 @@ def wants_service_manager(manage_service, service_mgr):
     return isinstance(manage_service, str) and manage_service.strip().lower() == "auto" and not service_mgr
 
 
-def host_rollout(host, states, batch, check_mode=False):
-    """What service.yml starts and rolls on HOST: {agents, ordinals, steps}.
+def batch_rollout(states, batch, check_mode=False):
+    """What service.yml starts and rolls on each host of the batch:
+    {host: {agents, ordinals, steps}} for every host of BATCH, worked out in
+    one pass over the batch (a per-host call that read every host of the
+    batch made a batch's rollout cost grow with its square).
 
     states: host -> {units (vllm_units' units), written (the write task's
     results), install_changed (the install task changed the venv; optional),
-    agents (vllm_units' agent_services; optional)} for the hosts that ran the role;
-    agents (agent_steps) is what the role starts first; batch: the play batch, whose
-    hosts roll at once. ordinals is the most units any host of the batch has
-    (every host loops over the same ordinals, so Ansible runs each step on
-    all of them together); steps[i] is this host's i-th unit with `restart`
-    (its files changed here, or on any host of its multi-node instance) or
-    None where the host sits out: it has fewer units, or check mode wrote no
-    unit that systemd could pretend to start (`installed`: the unit file was
-    on the host before this run). In check mode the install changed nothing
-    (pip only says it would), so it restarts nothing."""
-    restarting = dict((name, restarting_instances(
-        state["units"], state["written"], bool(state.get("install_changed")) and not check_mode))
+    agents (vllm_units' agent_services; optional)} for the hosts that ran the
+    role (those of the batch, and the other hosts of their multi-node
+    instances); batch: the play batch, whose hosts roll at once. agents
+    (agent_steps) is what the role starts first on the host. ordinals is the
+    most units any host of the batch has (every host loops over the same
+    ordinals, so Ansible runs each step on all of them together); steps[i]
+    is the host's i-th unit with `restart` (its files changed here, or on any
+    host of its multi-node instance) or None where the host sits out: it has
+    fewer units, or check mode wrote no unit that systemd could pretend to
+    start (`installed`: the unit file was on the host before this run). In
+    check mode the install changed nothing (pip only says it would), so it
+    restarts nothing."""
+    restarting = dict((name, set(restarting_instances(
+        state["units"], state["written"], bool(state.get("install_changed")) and not check_mode)))
         for name, state in states.items())
     ordinals = max([len(states[name]["units"]) for name in batch if name in states] or [0])
+    return dict((host, _host_steps(host, states, restarting, ordinals, check_mode)) for host in batch)
+
+
+def _host_steps(host, states, restarting, ordinals, check_mode):
     steps = []
     for unit in states[host]["units"] if host in states else []:
         hosts = unit["multinode"]["hosts"] if unit.get("multinode") else [host]
-        restart = any(unit["name"] in restarting.get(name, []) for name in hosts)
+        restart = any(unit["name"] in restarting.get(name, ()) for name in hosts)
         steps.append(None if check_mode and not unit.get("installed") else dict(unit, restart=restart))
     agents = agent_steps(states[host].get("agents", []), states[host]["written"], check_mode) if host in states else []
     return {"agents": agents, "ordinals": ordinals, "steps": steps + [None] * (ordinals - len(steps))}

@@ -43,6 +43,13 @@ def test_vllm_stale_and_restarting_are_filter_shells():
         filters["vllm_restarting"]([], [{"changed": True}])
 
 
+def rollout_of(hostvars, batch, host, check_mode=False):
+    """HOST's share of the batch's rollout, as the role's task sets it on HOST."""
+    shares = FilterModule().filters()["vllm_rollout"](hostvars, batch, check_mode)
+    assert [share["host"] for share in shares] == batch
+    return dict((share["host"], share["rollout"]) for share in shares)[host]
+
+
 def test_vllm_rollout_reads_the_role_state_of_the_batch_from_hostvars():
     filters = FilterModule().filters()
     units = VLLM_UNITS([INSTANCE], VARIABLES)
@@ -55,12 +62,54 @@ def test_vllm_rollout_reads_the_role_state_of_the_batch_from_hostvars():
                 "c": {"__vllm": units},
                 # A host the role was skipped on (it deploys nothing in this run).
                 "d": {"__vllm": {"skipped": True, "changed": False}, "__vllm_written": {"skipped": True}}}
-    rolled = filters["vllm_rollout"](hostvars, ["a", "b", "c", "d"], "a")
+    rolled = rollout_of(hostvars, ["a", "b", "c", "d"], "a")
     assert rolled["ordinals"] == 2
     assert rolled["steps"][0]["name"] == "vllm-0" and rolled["steps"][0]["restart"] is True
     assert rolled["steps"][1] is None
     with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_rollout: hostvars must hold"):
-        filters["vllm_rollout"]({"a": {"__vllm": {}, "__vllm_written": {"results": []}}}, ["a"], "a")
+        filters["vllm_rollout"]({"a": {"__vllm": {}, "__vllm_written": {"results": []}}}, ["a"])
+    # The call of the per-host filter it was (a host where check_mode goes).
+    with pytest.raises(AnsibleFilterError, match="^gpufleet.numa.vllm_rollout: check_mode must be a boolean"):
+        filters["vllm_rollout"](hostvars, ["a"], "a")
+
+
+class CountedHostvars(dict):
+    """hostvars that count how often each host's variables are read."""
+
+    def __init__(self, *args):
+        super(CountedHostvars, self).__init__(*args)
+        self.reads = dict((host, 0) for host in self)
+
+    def __getitem__(self, host):
+        self.reads[host] += 1
+        return dict.__getitem__(self, host)
+
+
+def test_vllm_rollout_reads_each_hosts_state_once_for_the_whole_batch():
+    """One call for the batch reads each host a few times whatever the
+    batch's size (a call per host, each reading every host of the batch,
+    grew with the square of the batch); a multi-node partner outside the
+    batch is read too, and restarts its instance on the batch's host."""
+    filters = FilterModule().filters()
+    units = VLLM_UNITS([INSTANCE], VARIABLES)
+    pair = dict(units, units=[dict(unit, multinode={"hosts": ["h0", "partner"]}) for unit in units["units"]])
+    unit_file = next(f for f in units["files"] if f["path"].endswith("/gpufleet-vllm-0.service"))
+    reads = {}
+    for size in (5, 50):
+        hostvars = CountedHostvars(("h%d" % i, {"__vllm": units, "__vllm_written": {"results": []}})
+                                   for i in range(size))
+        hostvars["h0"] = {"__vllm": pair, "__vllm_written": {"results": []}}
+        hostvars["partner"] = {"__vllm": pair, "__vllm_written": {"results": [{"__vllm_file": unit_file,
+                                                                                "changed": True}]}}
+        hostvars.reads.update(h0=0, partner=0)
+        batch = ["h%d" % i for i in range(size)]
+        shares = filters["vllm_rollout"](hostvars, batch, False)
+        assert [share["host"] for share in shares] == batch
+        assert [step["restart"] for step in shares[0]["rollout"]["steps"]] == [True]
+        assert [step["restart"] for step in shares[1]["rollout"]["steps"]] == [False]
+        reads[size] = hostvars.reads
+    assert max(reads[50].values()) == max(reads[5].values()) <= 4, reads[50]
+    assert reads[50]["partner"] > 0
 
 
 def test_vllm_rollout_restarts_every_instance_after_this_runs_install():
@@ -70,13 +119,13 @@ def test_vllm_rollout_restarts_every_instance_after_this_runs_install():
     # Units the host already has (check mode starts no others).
     installing["units"] = [dict(unit, installed=True) for unit in installing["units"]]
     hostvars = {"a": {"__vllm": installing, "__vllm_written": {"results": []}, "__vllm_installed": {"changed": True}}}
-    steps = filters["vllm_rollout"](hostvars, ["a"], "a")["steps"]
+    steps = rollout_of(hostvars, ["a"], "a")["steps"]
     assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", True), ("vllm-1", True)]
-    assert [s["restart"] for s in filters["vllm_rollout"](hostvars, ["a"], "a", True)["steps"]] == [False, False]
+    assert [s["restart"] for s in rollout_of(hostvars, ["a"], "a", True)["steps"]] == [False, False]
     # An install result left by an earlier run of the role in this playbook,
     # where this run installs nothing, restarts nothing.
     hostvars["a"]["__vllm"] = dict(installing, install=False)
-    assert [s["restart"] for s in filters["vllm_rollout"](hostvars, ["a"], "a")["steps"]] == [False, False]
+    assert [s["restart"] for s in rollout_of(hostvars, ["a"], "a")["steps"]] == [False, False]
 
 
 def test_vllm_deployed_is_a_filter_shell():

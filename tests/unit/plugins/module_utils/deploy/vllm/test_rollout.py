@@ -125,30 +125,30 @@ def test_ordinals_are_the_most_units_of_the_batch_and_hosts_with_fewer_sit_out()
     states = {"a": {"units": [unit("vllm-0"), unit("vllm-1")], "written": []},
               "b": {"units": [unit("vllm-0")], "written": wrote("vllm-0")},
               "c": {"units": [unit("vllm-0")] * 3, "written": []}}
-    rolled = rollout.host_rollout("b", states, ["a", "b"])
+    rolled = rollout.batch_rollout(states, ["a", "b"])["b"]
     assert rolled["ordinals"] == 2
     assert [s and (s["name"], s["restart"]) for s in rolled["steps"]] == [("vllm-0", True), None]
-    assert rollout.host_rollout("a", states, ["a", "b"])["steps"][1]["restart"] is False
+    assert rollout.batch_rollout(states, ["a", "b"])["a"]["steps"][1]["restart"] is False
     # A host outside the batch (another serial batch) does not count.
-    assert rollout.host_rollout("a", states, ["a", "b", "c"])["ordinals"] == 3
-    assert rollout.host_rollout("a", {}, ["a"]) == {"agents": [], "ordinals": 0, "steps": []}
+    assert rollout.batch_rollout(states, ["a", "b", "c"])["a"]["ordinals"] == 3
+    assert rollout.batch_rollout({}, ["a"])["a"] == {"agents": [], "ordinals": 0, "steps": []}
 
 
 def test_a_multinode_instance_restarts_on_every_host_when_it_does_on_one():
     pair = ["a", "b"]
     states = {"a": {"units": [unit("vllm-0", pair), unit("vllm-1")], "written": []},
               "b": {"units": [unit("vllm-0", pair)], "written": wrote("vllm-0")}}
-    steps = rollout.host_rollout("a", states, pair)["steps"]
+    steps = rollout.batch_rollout(states, pair)["a"]["steps"]
     assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", True), ("vllm-1", False)]
     # A partner that has not run the role (not in states) changes nothing.
-    assert rollout.host_rollout("a", {"a": states["a"]}, pair)["steps"][0]["restart"] is False
+    assert rollout.batch_rollout({"a": states["a"]}, pair)["a"]["steps"][0]["restart"] is False
 
 
 def test_check_mode_starts_only_units_the_host_already_has():
     states = {"a": {"units": [unit("vllm-0"), dict(unit("vllm-1"), installed=False)], "written": wrote("vllm-1")}}
-    steps = rollout.host_rollout("a", states, ["a"], check_mode=True)["steps"]
+    steps = rollout.batch_rollout(states, ["a"], check_mode=True)["a"]["steps"]
     assert steps[0]["name"] == "vllm-0" and steps[1] is None
-    assert rollout.host_rollout("a", states, ["a"])["steps"][1]["restart"] is True
+    assert rollout.batch_rollout(states, ["a"])["a"]["steps"][1]["restart"] is True
 
 
 def test_the_agents_units_start_first_and_restart_when_their_files_changed():
@@ -156,16 +156,16 @@ def test_the_agents_units_start_first_and_restart_when_their_files_changed():
               {"name": "gpufleet-agent-weights.service", "installed": False,
                "restart_on": ["/u/gpufleet-agent-weights.service", "/x/gpufleet-agent-weights", "/x/gpufleet_agent.py"]}]
     states = {"a": {"units": [unit("vllm-0")], "written": wrote("vllm-0"), "agents": agents}}
-    started = rollout.host_rollout("a", states, ["a"])["agents"]
+    started = rollout.batch_rollout(states, ["a"])["a"]["agents"]
     assert started == [{"name": "gpufleet-agent.socket", "state": "started"},
                        {"name": "gpufleet-agent-weights.service", "state": "started"}]
     # The reader's program changed (a new release): it restarts; the socket does not.
     program = [{"__vllm_file": {"path": "/x/gpufleet_agent.py"}, "changed": True},
                {"__vllm_file": {"path": "/u/gpufleet-agent.socket"}, "changed": False}]
     states["a"]["written"] = wrote("vllm-0") + program
-    assert [a["state"] for a in rollout.host_rollout("a", states, ["a"])["agents"]] == ["started", "restarted"]
+    assert [a["state"] for a in rollout.batch_rollout(states, ["a"])["a"]["agents"]] == ["started", "restarted"]
     # Check mode: a unit not on the host yet is left out.
-    assert rollout.host_rollout("a", states, ["a"], check_mode=True)["agents"] == [
+    assert rollout.batch_rollout(states, ["a"], check_mode=True)["a"]["agents"] == [
         {"name": "gpufleet-agent.socket", "state": "started"}]
 
 
@@ -176,14 +176,14 @@ def test_a_changed_install_restarts_every_instance_even_when_no_file_changed():
     assert rollout.restarting_instances(RESULT["units"], written(), install_changed=False) == []
 
 
-def test_host_rollout_restarts_every_instance_after_the_install_but_not_in_check_mode():
+def test_the_batch_rollout_restarts_every_instance_after_the_install_but_not_in_check_mode():
     states = {"a": {"units": [unit("vllm-0"), unit("vllm-1")], "written": [], "install_changed": True},
               "b": {"units": [unit("vllm-0")], "written": []}}
-    steps = rollout.host_rollout("a", states, ["a", "b"])["steps"]
+    steps = rollout.batch_rollout(states, ["a", "b"])["a"]["steps"]
     assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", True), ("vllm-1", True)]
-    assert rollout.host_rollout("b", states, ["a", "b"])["steps"][0]["restart"] is False
+    assert rollout.batch_rollout(states, ["a", "b"])["b"]["steps"][0]["restart"] is False
     # pip in check mode only says it would install: nothing restarts for it.
-    steps = rollout.host_rollout("a", states, ["a", "b"], check_mode=True)["steps"]
+    steps = rollout.batch_rollout(states, ["a", "b"], check_mode=True)["a"]["steps"]
     assert [(s["name"], s["restart"]) for s in steps] == [("vllm-0", False), ("vllm-1", False)]
 
 
