@@ -107,9 +107,8 @@ def registered():
 
 def run(hosts, work):
     state = registered()
-    inventory = {"all": {"hosts": dict(("gpu-%04d" % i, dict(state, ansible_connection="local",
-                                                            ansible_python_interpreter=sys.executable))
-                                       for i in range(hosts))}}
+    host = dict(state, ansible_connection="local", ansible_python_interpreter=sys.executable)
+    inventory = {"all": {"hosts": dict(("gpu-%04d" % i, host) for i in range(hosts))}}
     with open(os.path.join(work, "hosts.json"), "w") as out:
         json.dump(inventory, out)
     os.makedirs(os.path.join(work, "callbacks"), exist_ok=True)
@@ -135,7 +134,7 @@ def run(hosts, work):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--hosts", default="10,30,100,300")
     args = parser.parse_args()
     print("role vllm's rollout step, CPU per host (ansible-playbook and its workers, 5 forks); %d CPUs here"

@@ -42,7 +42,7 @@ options:
   secrets:
     description:
       - The secrets the role's C(secrets.env) template reads, C(vllm_api_key) and C(vllm_hf_token), as the
-        task's variables give them (a vault, a lookup or another variable: Ansible evaluates them). Never
+        task's variables give them (a vault, a lookup or another variable, which Ansible evaluates). Never
         logged.
       - Only the action reads it.
     type: dict

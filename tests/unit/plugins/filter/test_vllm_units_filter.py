@@ -99,8 +99,8 @@ def test_vllm_rollout_reads_each_hosts_state_once_for_the_whole_batch():
         hostvars = CountedHostvars(("h%d" % i, {"__vllm": units, "__vllm_written": {"results": []}})
                                    for i in range(size))
         hostvars["h0"] = {"__vllm": pair, "__vllm_written": {"results": []}}
-        hostvars["partner"] = {"__vllm": pair, "__vllm_written": {"results": [{"__vllm_file": unit_file,
-                                                                                "changed": True}]}}
+        changed = [{"__vllm_file": unit_file, "changed": True}]
+        hostvars["partner"] = {"__vllm": pair, "__vllm_written": {"results": changed}}
         hostvars.reads.update(h0=0, partner=0)
         batch = ["h%d" % i for i in range(size)]
         shares = filters["vllm_rollout"](hostvars, batch, False)
