@@ -8,8 +8,8 @@ by the vllm_files action with the content's sha1), whether it gathers the
 service manager first (wants_service_manager), what it does once it wrote
 (after_write), which instances restart
 because their files changed or the engine was installed anew
-(restarting_instances), what each host rolls in which ordinal
-(host_rollout) and what the host runs once the role succeeded
+(restarting_instances), what each host of a batch rolls in which ordinal
+(batch_rollout) and what the host runs once the role succeeded
 (deployed_record). The role's tasks call these through the vllm_units,
 vllm_stale, vllm_rollout, vllm_deployed and vllm_wants_service_mgr filters
 and the vllm_files action. Pure functions, standard library only.
