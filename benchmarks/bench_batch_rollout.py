@@ -69,6 +69,7 @@ PLAYBOOK = """
       delegate_to: localhost
 """
 
+
 def registered():
     """What role vllm registered on a host with two instances, one unit changed."""
     units = host_state.host_units([INSTANCE, dict(INSTANCE, name="vllm-1", port=8001, dist_port=29100)],

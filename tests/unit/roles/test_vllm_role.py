@@ -41,7 +41,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.topology import capt
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.plugins.module_utils.common.cpulist import parse_cpulist
 from ansible_collections.gpufleet.numa.tests.system.systemd_exec import SYSTEMD, systemd_unit_dump
-from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import role_defaults
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import NASTY, role_defaults
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "vllm"
@@ -314,17 +314,7 @@ def rendered_files(root):
 
 # --- rendering: every case in one playbook run ----------------------------
 
-# Strings that would break a naively written unit: quotes, backslashes
-# (one trailing), specifiers, variable references, command separators,
-# shell syntax, non-ASCII and runs of spaces.
-NASTY = {
-    "NASTY_QUOTES": 'org/model "quoted" name',
-    "NASTY_BACKSLASH": "back\\slash and trailing\\",
-    "NASTY_PERCENT": "100% sure %n%i%%",
-    "NASTY_DOLLAR": "$HOME ${PATH} $$ $",
-    "NASTY_SHELL": "; a;b 'single' `tick` &&",
-    "NASTY_UNICODE": "модель/ünïcode  two  spaces ",
-}
+# Strings that would break a naively written unit (tests/fixtures/vllm_units.py NASTY).
 NASTY_VARS = {
     "vllm_model": " ".join(NASTY[k] for k in ("NASTY_QUOTES", "NASTY_BACKSLASH", "NASTY_PERCENT")),
     # A served name is one word for the command line and HAProxy alike

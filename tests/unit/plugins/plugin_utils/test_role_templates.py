@@ -22,22 +22,13 @@ from ansible.template import Templar
 from ansible_collections.gpufleet.numa.plugins.action.vllm_files import TEMPLATE_UNITS_KEYS
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_templates
-from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import PLANS, VARIABLES
+from ansible_collections.gpufleet.numa.tests.fixtures.vllm_units import NASTY, PLANS, VARIABLES
 
-NASTY = {
-    "NASTY_QUOTES": 'org/model "quoted" name',
-    "NASTY_BACKSLASH": "back\\slash and trailing\\",
-    "NASTY_PERCENT": "100% sure %n%i%%",
-    "NASTY_DOLLAR": "$HOME ${PATH} $$ $",
-    "NASTY_SHELL": "; a;b 'single' `tick` &&",
-    "NASTY_UNICODE": "модель/ünïcode  two  spaces ",
-    "EMPTY": "",
-}
 VARIANTS = {
     "plain": {},
     "nasty": {"vllm_model": 'org/model "quoted" back\\slash 100% $HOME `tick`', "vllm_download_weights": False,
               "vllm_served_model_name": "org/served.model_v1:8b@rev+x=y~z-",
-              "vllm_environment": NASTY,
+              "vllm_environment": dict(NASTY, EMPTY=""),
               "vllm_extra_args": {"max-model-len": 8192, "enforce-eager": True, "chat-template": 'a "b" \\ $c ü',
                                   "hf-overrides": {"rope_scaling": None, "list": ["x", 1, {"y": "ü"}]}},
               "vllm_api_key": 'sk-"quoted"-$dollar-\\back-`tick`', "vllm_hf_token": "hf_abc%def"},
