@@ -171,10 +171,16 @@ def client_gives_up(gateway, instances, chat, problems):
     took = time.monotonic() - started
     # A loaded engine may not have taken the request in yet when the client
     # leaves (nothing prefilled: no replay, but no abort seen either): then
-    # the client waits longer, never as long as the whole answer.
-    for attempt, share in enumerate((4, 3, 2)):
+    # the client waits longer, never as long as the whole answer. A loaded
+    # machine may also let the engine notice the closed connection late
+    # (125 of 200 tokens once, under the whole suite's load): then the same
+    # again, up to five tries in all. An engine that goes on generating for
+    # a client that left makes all 200 every time.
+    limit = 0.6 * long_answer["max_tokens"]
+    longer = 0
+    for attempt in range(5):
         before = engine_counters(instances)
-        patience = max(0.3, took / share)
+        patience = max(0.3, took / (4, 3, 2)[longer])
         try:
             client(gateway, timeout=patience).chat.completions.create(**long_answer)
             problems.append("a client that gives up after %.2f s got the whole answer" % patience)
@@ -184,12 +190,14 @@ def client_gives_up(gateway, instances, chat, problems):
         after = engine_counters(instances)
         generated = after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
         prefilled = after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
-        if prefilled:
+        if not prefilled and longer < 2:
+            longer += 1
+        elif not prefilled or generated < limit:
             break
     figures = {"whole_answer_s": round(took, 2), "client_gave_up_after_s": round(patience, 2),
                "tokens_generated": generated, "prompt_tokens": prefilled,
                "prompt_tokens_once": whole.usage.prompt_tokens, "attempts": attempt + 1}
-    if generated >= 0.6 * 200:
+    if generated >= limit:
         problems.append("the engines went on generating for a client that left: %s" % figures)
     if prefilled != whole.usage.prompt_tokens:
         problems.append("the request a client gave up on reached the engines other than once: %s" % figures)
