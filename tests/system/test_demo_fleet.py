@@ -28,6 +28,7 @@ from fleet_processes import (
     rebind_to_local_node, split_numactl, wait_for_health, wait_until,
 )
 from systemd_exec import service_process
+from ansible_collections.gpufleet.numa.tests.fixtures import playbook_output
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 STUB = REPO / "tests" / "stub" / "vllm-stub"
@@ -87,7 +88,7 @@ def demo(tmp_path_factory):
          "-e", "@%s" % (tmp_path / "overrides.json")],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=900,
     )
-    assert result.returncode == 0, result.stdout[-8000:]
+    assert result.returncode == 0, playbook_output.failures(result.stdout)
 
     configs = list(staging.glob("*/etc/haproxy/haproxy.cfg"))
     assert len(configs) == 1, configs

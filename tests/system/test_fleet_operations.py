@@ -23,6 +23,8 @@ import subprocess
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.numa.tests.fixtures import playbook_output
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 HOSTS = ["demo-a6000-nvlink", "demo-h100-nvswitch", "demo-rtx4090-pcie"]
@@ -58,7 +60,7 @@ def deploy(fleet, *args, hosts_file="hosts.yml", rc=0):
          "-i", str(fleet["inventory"] / hosts_file), *args],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
     )
-    assert proc.returncode == rc, proc.stdout[-4000:]
+    assert proc.returncode == rc, playbook_output.failures(proc.stdout)
     return " ".join(proc.stdout.split())  # the YAML callback folds long lines
 
 

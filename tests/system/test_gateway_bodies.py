@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet_processes import wait_until
+from fleet_processes import free_port, haproxy_server_states, wait_until
 from ansible_collections.gpufleet.numa.tests.fixtures import gateway_render
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -106,12 +106,13 @@ class StandInHandler(http.server.BaseHTTPRequestHandler):
 
 def render(tmp, backends, **extra):
     """The role's template and settings check, with the Lua reader beside it.
-    Checks every 200 ms bring the stand-ins up fast; 25 failed ones (5 s)
-    mark one down: this test process, busy generating cases on a loaded
-    machine, can leave a check unanswered for longer than 200 ms, and a
-    stand-in marked down would answer 503 (seen once in CI)."""
-    variables = {"gateway_buffer_size": BUFFER, "gateway_api_key": GATEWAY_KEY, "gateway_check_interval": "200ms",
-                 "gateway_check_fall": 25, "gateway_timeout_http_request": "2s"}
+    This test process, busy generating cases on a loaded machine, can leave
+    a health check unanswered for a while, and a stand-in marked down
+    answers 503 (seen in CI): a check may take 500 ms (its interval), and
+    10 failed in a row (5 s) mark one down, once the gateway fixture has
+    seen every stand-in at full health."""
+    variables = {"gateway_buffer_size": BUFFER, "gateway_api_key": GATEWAY_KEY, "gateway_check_interval": "500ms",
+                 "gateway_check_fall": 10, "gateway_timeout_http_request": "2s"}
     variables.update(extra)
     return gateway_render.render(tmp, ADDRESS, backends, **variables)
 
@@ -125,7 +126,9 @@ def gateway(tmp_path_factory):
         thread.start()
     backends = [{"name": "i-%d" % index, "host": "h", "address": ADDRESS, "port": server.server_address[1],
                  "model": model} for index, (model, server) in enumerate(stand_ins.items())]
-    config = render(tmp, backends, gateway_backend_api_keys=KEYS)
+    stats_port = free_port(ADDRESS)
+    config = render(tmp, backends, gateway_backend_api_keys=KEYS, gateway_stats_address=ADDRESS,
+                    gateway_stats_port=stats_port)
     check = subprocess.run([HAPROXY, "-c", "-f", str(tmp / "haproxy.cfg")], check=False, capture_output=True, text=True,
                            timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -141,6 +144,11 @@ def gateway(tmp_path_factory):
             except OSError:
                 return False
         wait_until(both_up, 15, what="both models answer")
+        # A server starts up at the lowest health that is up, where one
+        # failed check marks it down: the cases begin once each stand-in
+        # would take check_fall failed checks in a row to go down.
+        wait_until(lambda: set(haproxy_server_states(ADDRESS, stats_port).values()) == {"UP"}, 30,
+                   what="both stand-ins at full health")
         yield {"port": port, "stand_ins": stand_ins, "tmp": tmp}
     finally:
         haproxy.terminate()
@@ -302,7 +310,9 @@ def test_gateway_and_vllm_read_one_model(gateway, request):
     status, answer = send(gateway["port"], body, probe, headers=headers, content_type=content_type)
     reached, received = where_it_went(gateway, probe)
     if reached is None:
-        assert status is not None and 400 <= status < 500, (status, answer, body[:300])
+        # HAProxy says here when it marked a stand-in down (a 503's cause).
+        assert status is not None and 400 <= status < 500, (status, answer, body[:300],
+                                                             (gateway["tmp"] / "haproxy.log").read_text()[-2000:])
         # A known model in the header is always routed.
         assert headers.get("X-Model") not in MODELS, (status, answer, headers)
         return
