@@ -61,6 +61,16 @@ def _role_state(hostvars, host):
             "install_changed": install_changed, "agents": look.get("agent_services", [])}
 
 
+def _role_states(hostvars, names):
+    """{name: role state} of each of NAMES where role vllm ran (_role_state), read once."""
+    states = {}
+    for name in names:
+        found = _role_state(hostvars, name)
+        if found is not None:
+            states[name] = _plain(found)
+    return states
+
+
 def vllm_rollout(hostvars, batch, check_mode=False):
     """hostvars and the play batch -> [{host, rollout: {agents, ordinals,
     steps}}] for every host of the batch (rollout.batch_rollout), each
@@ -70,21 +80,14 @@ def vllm_rollout(hostvars, batch, check_mode=False):
                                  "got %r)" % (check_mode,))
     try:
         batch = [str(name) for name in _plain(list(batch))]
-        states = {}
-        for name in batch:
-            found = _role_state(hostvars, name)
-            if found is not None:
-                states[name] = _plain(found)
+        states = _role_states(hostvars, batch)
         # The other hosts of the batch's multi-node instances (a partner's
         # restart restarts the instance everywhere).
         partners = set()
-        for state in list(states.values()):
+        for state in states.values():
             for unit in state["units"]:
                 partners.update((unit.get("multinode") or {}).get("hosts") or [])
-        for name in sorted(partners - set(states)):
-            found = _role_state(hostvars, name)
-            if found is not None:
-                states[name] = _plain(found)
+        states.update(_role_states(hostvars, sorted(partners - set(states))))
         rolled = rollout.batch_rollout(states, batch, check_mode)
         return [{"host": name, "rollout": rolled[name]} for name in batch]
     except (KeyError, TypeError, AttributeError) as exc:
