@@ -258,6 +258,19 @@ def haproxy_server_states(address, port, uri="/stats", backend=None):
     return dict((name, row["status"]) for name, row in haproxy_server_rows(address, port, uri, backend).items())
 
 
+def haproxy_fully_up(address, port):
+    """Whether HAProxy holds every server of the models' backends at full
+    health: "UP", where check_fall failed checks in a row mark it down. A
+    server starts "UP 1/<fall>" until its first check, and one failed check
+    (a check unanswered within its interval on a loaded machine) marks it
+    down from there."""
+    try:
+        states = haproxy_server_states(address, port)
+    except OSError:
+        return False
+    return bool(states) and set(states.values()) == {"UP"}
+
+
 def systemd_binding_as_numactl(service, numactl, local_node, cpus):
     """The CPUAffinity=/NUMAPolicy=/NUMAMask= of a [Service] section as the
     numactl prefix that applies the same policy at exec time, with CPUs

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleet_processes import free_port, haproxy_server_states, wait_until
+from fleet_processes import free_port, haproxy_fully_up, wait_until
 from ansible_collections.gpufleet.numa.tests.fixtures import gateway_render
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -144,11 +144,7 @@ def gateway(tmp_path_factory):
             except OSError:
                 return False
         wait_until(both_up, 15, what="both models answer")
-        # A server starts up at the lowest health that is up, where one
-        # failed check marks it down: the cases begin once each stand-in
-        # would take check_fall failed checks in a row to go down.
-        wait_until(lambda: set(haproxy_server_states(ADDRESS, stats_port).values()) == {"UP"}, 30,
-                   what="both stand-ins at full health")
+        wait_until(lambda: haproxy_fully_up(ADDRESS, stats_port), 30, what="both stand-ins at full health")
         yield {"port": port, "stand_ins": stand_ins, "tmp": tmp}
     finally:
         haproxy.terminate()

@@ -25,7 +25,7 @@ import time
 import openai
 import pytest
 
-from fleet_processes import free_port, http_request, wait_for_health, wait_until
+from fleet_processes import free_port, haproxy_fully_up, http_request, wait_for_health, wait_until
 from ansible_collections.gpufleet.numa.tests.fixtures import gateway_render
 
 STUB = pathlib.Path(__file__).resolve().parents[2] / "tests" / "stub" / "vllm-stub"
@@ -84,8 +84,12 @@ def fleet(processes, tmp_path):
         wait_for_health(processes, name, ADDRESS, ports[name])
     backends = [{"name": "h-" + name, "host": "h", "address": ADDRESS, "port": ports[name], "model": model}
                 for name, model in INSTANCES.items()]
-    settings = gateway_render.render(tmp_path, ADDRESS, backends, gateway_api_key=KEY,
-                                     gateway_check_interval="200ms", gateway_check_fall=1)
+    # Three failed checks mark an instance down (one, a check unanswered for
+    # 200 ms on a loaded machine, would answer a request 503).
+    stats_port = free_port(ADDRESS)
+    settings = gateway_render.render(tmp_path, ADDRESS, backends, gateway_api_key=KEY, gateway_stats_address=ADDRESS,
+                                     gateway_stats_port=stats_port, gateway_check_interval="200ms",
+                                     gateway_check_fall=3)
     processes.start("haproxy", [HAPROXY, "-db", "-f", settings["config_path"]], dict(os.environ))
     fleet = Fleet(processes, ports, settings["listen_port"])
 
@@ -93,7 +97,7 @@ def fleet(processes, tmp_path):
         if processes.processes["haproxy"][0].poll() is not None:
             raise AssertionError("haproxy exited:\n" + processes.log("haproxy"))
         try:
-            return fleet.instances_up() == {"chat": 2, "base": 1}
+            return fleet.instances_up() == {"chat": 2, "base": 1} and haproxy_fully_up(ADDRESS, stats_port)
         except OSError:
             return False
     wait_until(all_up, 20, what="the gateway with every instance up")
