@@ -307,8 +307,8 @@ def test_gateway_and_vllm_read_one_model(gateway, request):
     reached, received = where_it_went(gateway, probe)
     if reached is None:
         # HAProxy says here when it marked a stand-in down (a 503's cause).
-        assert status is not None and 400 <= status < 500, (status, answer, body[:300],
-                                                             (gateway["tmp"] / "haproxy.log").read_text()[-2000:])
+        logged = (gateway["tmp"] / "haproxy.log").read_text()[-2000:]
+        assert status is not None and 400 <= status < 500, (status, answer, body[:300], logged)
         # A known model in the header is always routed.
         assert headers.get("X-Model") not in MODELS, (status, answer, headers)
         return
