@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from fleet_processes import (
-    SYSTEMD_BASE_ENVIRONMENT, ProcessGroup, free_port, haproxy_server_states, http_request, ports_free,
+    SYSTEMD_BASE_ENVIRONMENT, ProcessGroup, free_port, haproxy_fully_up, http_request, ports_free,
     rebind_to_local_node, split_numactl, wait_for_health, wait_until,
 )
 from systemd_exec import service_process
@@ -118,8 +118,7 @@ def demo(tmp_path_factory):
             wait_for_health(processes, entry["key"], entry["address"], entry["port"])
         processes.start("haproxy", [HAPROXY, "-W", "-db", "-f", str(config)], dict(os.environ))
         wait_for_health(processes, "haproxy", gateway["address"], gateway["port"])
-        wait_until(lambda: set(haproxy_server_states(gateway["address"], gateway["stats_port"]).values()) == {"UP"},
-                   15, what="every backend UP")
+        wait_until(lambda: haproxy_fully_up(gateway["address"], gateway["stats_port"]), 15, what="every backend UP")
         yield {"instances": instances, "servers": servers, "gateway": gateway, "hosts": hosts, "staging": staging,
                "processes": processes, "playbook_output": result.stdout}
     finally:

@@ -25,7 +25,7 @@ import subprocess
 import pytest
 
 from fleet_processes import (
-    ProcessGroup, free_port, haproxy_server_states, http_request, wait_for_health, wait_until,
+    ProcessGroup, free_port, haproxy_fully_up, haproxy_server_states, http_request, wait_for_health, wait_until,
 )
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -129,10 +129,7 @@ def gateway(tmp_path_factory):
         def all_up():
             if haproxy.poll() is not None:
                 raise AssertionError("haproxy exited:\n" + processes.log("haproxy"))
-            try:
-                return set(haproxy_server_states(ADDRESS, gateway["stats_port"]).values()) == {"UP"}
-            except OSError:
-                return False
+            return haproxy_fully_up(ADDRESS, gateway["stats_port"])
 
         wait_until(all_up, 15, what="every server UP")
         gateway.update(tls=ssl.create_default_context(cafile=str(certificate)), config=config,
