@@ -75,10 +75,12 @@ def load_plan(path):
 def module_failure(module, host):
     """The message of a failed module run, as text: nothing else of the
     host's answer (facts, unknown keys) travels on, and a module that
-    crashed shows the end of its standard error."""
-    msg = module.get("msg") if isinstance(module, dict) else None
-    if not isinstance(msg, str) or len(msg) > 4096:
-        return "numa_audit %s: the module failed without a message (got %s)" % (host, show(msg))
+    crashed says its exception (host_results.failure_reason) and shows the
+    end of its standard error."""
+    msg = host_results.failure_reason(module)
+    if msg is None or len(msg) > 4096:
+        given = module.get("msg") if isinstance(module, dict) else module
+        return "numa_audit %s: the module failed without a message (got %s)" % (host, show(msg or given))
     stderr = module.get("module_stderr")
     if isinstance(stderr, str) and stderr.strip():
         msg += " (module stderr: %s)" % show(stderr.strip()[-1000:], limit=1100)

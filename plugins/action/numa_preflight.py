@@ -132,8 +132,8 @@ class ActionModule(ActionBase):
             if warnings:
                 result["warnings"] = list(result.get("warnings") or []) + warnings
             if kept.get("failed") or "readings" not in kept:
-                return dict(result, failed=True, msg=kept.get("msg") or "numa_preflight: the module returned no "
-                            "readings")
+                return dict(result, failed=True, msg=host_results.failure_reason(kept)
+                            or "numa_preflight: the module returned no readings")
             readings, topology = kept["readings"], kept.get("topology")
             if "capture" in kept:
                 result["capture"] = kept["capture"]

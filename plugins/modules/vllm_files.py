@@ -99,6 +99,7 @@ results:
 
 import os
 import tempfile
+import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
@@ -121,7 +122,12 @@ def ensure_directory(module, write):
     if missing and module.check_mode:
         return True
     for created in missing:
-        os.mkdir(created)
+        try:
+            os.mkdir(created)
+        except FileExistsError:
+            # Made meanwhile by another writer (hosts that share a parent,
+            # as the demo's staging tree): a directory is what is wanted.
+            pass
         module.set_fs_attributes_if_different(_file_args(write, created), True)
     if not os.path.isdir(path):
         module.fail_json(msg="%s exists and is not a directory" % path)
@@ -162,6 +168,23 @@ def write_file(module, write, content):
     return True, before
 
 
+def write_one(module, write):
+    """Write one directory or file; its result (path, changed, diff where diff mode shows one)."""
+    if write["kind"] == "directory":
+        changed = ensure_directory(module, write)
+        diff = {"before": {"path": write["path"], "state": "absent"},
+                "after": {"path": write["path"], "state": "directory"}} if changed else None
+    else:
+        secret = write["path"] in module.params["secret_contents"]
+        content = module.params["secret_contents"][write["path"]] if secret else write.get("content", "")
+        changed, before = write_file(module, write, content)
+        diff = None
+        if changed and not secret:
+            diff = {"before_header": write["path"], "after_header": write["path"],
+                    "before": to_native(before or b"", errors="surrogate_or_strict"), "after": content}
+    return dict({"path": write["path"], "changed": changed}, **({"diff": diff} if diff and module._diff else {}))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -176,19 +199,14 @@ def main():
     for write in module.params["writes"]:
         if write.get("validate") and "%s" not in write["validate"]:
             module.fail_json(msg="%s: validate must contain %%s" % write["path"])
-        if write["kind"] == "directory":
-            changed = ensure_directory(module, write)
-            diff = {"before": {"path": write["path"], "state": "absent"},
-                    "after": {"path": write["path"], "state": "directory"}} if changed else None
-        else:
-            secret = write["path"] in module.params["secret_contents"]
-            content = module.params["secret_contents"][write["path"]] if secret else write.get("content", "")
-            changed, before = write_file(module, write, content)
-            diff = None
-            if changed and not secret:
-                diff = {"before_header": write["path"], "after_header": write["path"],
-                        "before": to_native(before or b"", errors="surrogate_or_strict"), "after": content}
-        results.append(dict({"path": write["path"], "changed": changed}, **({"diff": diff} if diff and module._diff else {})))
+        try:
+            results.append(write_one(module, write))
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            # The host refused (a file where a directory belongs, no room,
+            # no permission; ansible-core's atomic_move raises): said with
+            # the path, the traceback apart for -vvv.
+            module.fail_json(msg="writing %s failed: %s" % (write["path"], to_native(exc)),
+                             exception=traceback.format_exc(), results=results)
     module.exit_json(changed=any(result["changed"] for result in results), results=results)
 
 

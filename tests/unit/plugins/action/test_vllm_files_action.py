@@ -4,17 +4,23 @@
 """The vllm_files action renders role vllm's templates with only the
 variables they read (TEMPLATE_VARIABLES and the entry, __vllm_file): every
 name a template reads without defining it is one of those (the roles'
-playbook runs render every template for real; this says which names)."""
+playbook runs render every template for real; this says which names).
+And a write the host refuses fails with its path and reason."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 
 from jinja2 import Environment, meta, nodes
 
 from ansible_collections.gpufleet.numa.plugins.action.vllm_files import TEMPLATE_UNITS_KEYS, TEMPLATE_VARIABLES
 
-TEMPLATES = pathlib.Path(__file__).resolve().parents[4] / "roles" / "vllm" / "templates"
+REPO = pathlib.Path(__file__).resolve().parents[4]
+TEMPLATES = REPO / "roles" / "vllm" / "templates"
+ANSIBLE_PLAYBOOK = pathlib.Path(sys.executable).parent / "ansible-playbook"
 # What Jinja itself gives every template.
 JINJA_GLOBALS = {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop"}
 
@@ -52,3 +58,30 @@ def test_the_roles_templates_read_only_the_keys_of_vllm_the_action_gives_them():
         whole = [node for node in tree.find_all(nodes.Name) if node.name == "__vllm"]
         assert len(whole) == len(lookups), (path.name, "reads __vllm whole")
     assert keys == set(TEMPLATE_UNITS_KEYS)
+
+
+def test_a_write_the_host_cannot_make_says_where_and_why(tmp_path):
+    """A path the host refuses (here with a NUL byte: os.mkdir raises a
+    ValueError, not an OSError) fails the task with the path and the
+    reason, not a traceback, nor a bare "failed" (ansible-core 2.19 reports
+    an uncaught exception with no msg; host_results.failed_task reads it)."""
+    (tmp_path / "play.yml").write_text("""
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Write one directory the host cannot make
+      gpufleet.numa.vllm_files:
+        entries:
+          - {kind: directory, path: "%s/a\\0b", label: a, secret: false, as_planned: false, mode: "0755"}
+        secrets: {vllm_api_key: "", vllm_hf_token: ""}
+""" % tmp_path)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "host,", "-c", "local", str(tmp_path / "play.yml"),
+                           "-e", "ansible_python_interpreter=%s" % sys.executable],
+                          env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          check=False, timeout=300)
+    assert proc.returncode == 2 and "fatal: [host]: FAILED!" in proc.stdout, proc.stdout[-3000:]
+    # The YAML callback writes the NUL as \0 and folds the line after the path.
+    assert 'msg: "gpufleet.numa.vllm_files: writing %s/a\\0b' % tmp_path in proc.stdout, proc.stdout[-3000:]
+    assert "failed: embedded null byte" in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stdout
