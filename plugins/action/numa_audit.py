@@ -37,6 +37,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.common.checks import
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import json_text
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.module_failure import failure_reason
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 # What the module on the target is given: how to read, nothing to judge with.
@@ -75,9 +76,9 @@ def load_plan(path):
 def module_failure(module, host):
     """The message of a failed module run, as text: nothing else of the
     host's answer (facts, unknown keys) travels on, and a module that
-    crashed says its exception (host_results.failure_reason) and shows the
+    crashed says its exception (plugin_utils/module_failure.py) and shows the
     end of its standard error."""
-    msg = host_results.failure_reason(module)
+    msg = failure_reason(module)
     if msg is None or len(msg) > 4096:
         given = module.get("msg") if isinstance(module, dict) else module
         return "numa_audit %s: the module failed without a message (got %s)" % (host, show(msg or given))

@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.numa.plugins.module_utils.preflight import pro
 from ansible_collections.gpufleet.numa.plugins.module_utils.preflight.replay import replay
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
 from ansible_collections.gpufleet.numa.plugins.plugin_utils import paths
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.module_failure import failure_reason
 
 _FALSE = (None, False, "false", "no", "False", "0", 0)
 MODULE_ARGS = ("units", "topology", "cgroup_slice", "nvml", "nvidia_smi", "timeout", "record")
@@ -132,7 +133,7 @@ class ActionModule(ActionBase):
             if warnings:
                 result["warnings"] = list(result.get("warnings") or []) + warnings
             if kept.get("failed") or "readings" not in kept:
-                return dict(result, failed=True, msg=host_results.failure_reason(kept)
+                return dict(result, failed=True, msg=failure_reason(kept)
                             or "numa_preflight: the module returned no readings")
             readings, topology = kept["readings"], kept.get("topology")
             if "capture" in kept:

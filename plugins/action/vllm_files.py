@@ -31,7 +31,8 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import rollout
-from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results, role_templates
+from ansible_collections.gpufleet.numa.plugins.plugin_utils import role_templates
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.module_failure import failed_task
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 # What the role's templates read: what role vllm works out (__vllm, from
@@ -100,7 +101,7 @@ class ActionModule(ActionBase):
             done = self._execute_module(module_name="gpufleet.numa.vllm_files",
                                         module_args={"writes": writes, "secret_contents": secrets}, task_vars=task_vars)
             if done.get("failed"):
-                return dict(result, **host_results.failed_task(done, "gpufleet.numa.vllm_files"))
+                return dict(result, **failed_task(done, "gpufleet.numa.vllm_files"))
             for index, written in zip(sent, done["results"]):
                 results[index]["changed"] = written["changed"]
                 if written.get("diff"):

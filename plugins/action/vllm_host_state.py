@@ -19,7 +19,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.numa.plugins.module_utils.deploy.vllm import host_state, layout, rollout
-from ansible_collections.gpufleet.numa.plugins.plugin_utils import host_results
+from ansible_collections.gpufleet.numa.plugins.plugin_utils.module_failure import failed_task
 from ansible_collections.gpufleet.numa.plugins.plugin_utils.plain_values import plain
 
 NAME = "gpufleet.numa.vllm_host_state"
@@ -43,7 +43,7 @@ class ActionModule(ActionBase):
         looked = self._execute_module(module_name="gpufleet.numa.stat_paths",
                                       module_args={"paths": paths, "service_mgr": gather}, task_vars=task_vars)
         if looked.get("failed") or looked.get("unreachable"):
-            return dict(result, **host_results.failed_task(looked, "%s: looking at the host failed" % NAME))
+            return dict(result, **failed_task(looked, "%s: looking at the host failed" % NAME))
         facts = looked.get("ansible_facts") or {}
         if "service_mgr" in facts:
             variables["service_mgr"] = facts["service_mgr"] or ""

@@ -20,9 +20,6 @@ the rest is dropped. One checker for every such result:
 - audit_results(): the host results a playbook hands the report filters;
   one of the wrong shape becomes a result_invalid finding, so every other
   host still renders.
-- failure_reason() and failed_task(): why a module failed, and the task's
-  failure that hands it on (an uncaught exception in ansible-core 2.19
-  comes with no msg, only its exception).
 
 A spec is one of: a type name ("str", "text", "int", "signed", "bool",
 "cpulist", "argv", "severity", "source", "unit_source", "capture",
@@ -297,35 +294,6 @@ def _pick(mapping, fields, prefix, problems):
         except ShapeError as exc:
             problems.append(str(exc) if exc.got is None else "%s %s (got %s)" % (exc.path, exc.rule, exc.got))
     return kept, unknown
-
-
-# What Ansible shows of a failed module besides its msg; handed on as it came.
-FAILURE_KEYS = ("rc", "stdout", "stderr", "module_stdout", "module_stderr", "exception")
-
-
-def failure_reason(result):
-    """Why a module failed, as text: its msg; else, for an uncaught
-    exception, the exception's message (ansible-core 2.19 sends an error
-    summary and no msg; older ones a traceback); else None."""
-    msg = result.get("msg") if isinstance(result, dict) else None
-    if isinstance(msg, str) and msg.strip():
-        return msg
-    exception = result.get("exception") if isinstance(result, dict) else None
-    said = getattr(getattr(exception, "event", None), "msg", None)
-    if isinstance(said, str) and said.strip():
-        return said
-    if isinstance(exception, str) and exception.strip():
-        return exception.strip().splitlines()[-1]
-    return None
-
-
-def failed_task(result, context):
-    """The failed task's result for a failed module RESULT: msg is CONTEXT
-    and the module's reason, and what Ansible shows of a failure (return
-    code, output, exception: FAILURE_KEYS) is handed on as it came."""
-    reason = failure_reason(result) or "the module failed without saying why"
-    failed = dict((key, result[key]) for key in FAILURE_KEYS if isinstance(result, dict) and key in result)
-    return dict(failed, failed=True, msg="%s: %s" % (context, reason))
 
 
 def keep_defined(result, module, fields=None, facts=None, controller_facts=None):

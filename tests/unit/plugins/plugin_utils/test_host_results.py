@@ -178,22 +178,3 @@ def test_numa_facts_playbook_host_with_its_own_python_sets_no_variable(tmp_path)
     assert proc.returncode == 0, proc.stdout
     assert "listen=127.0.0.9 model=unset plan=unset schema=1" in proc.stdout
     assert "dropped (a result from a host is data, never a variable)" in proc.stdout
-
-
-def test_a_failed_module_says_why_whatever_ansible_core_made_of_it():
-    """msg when the module gave one; for an uncaught exception, its message:
-    ansible-core 2.19 hands the action an error summary and no msg, older
-    ones a traceback (and msg MODULE FAILURE)."""
-    from ansible.module_utils._internal import _messages  # the type 2.19 hands the action
-
-    crashed = {"failed": True, "exception": _messages.ErrorSummary(event=_messages.Event(msg="embedded null byte"))}
-    assert host_results.failure_reason(crashed) == "embedded null byte"
-    traceback = "Traceback (most recent call last):\n  File \"x\", line 1\nValueError: embedded null byte\n"
-    assert host_results.failure_reason({"failed": True, "exception": traceback}) == "ValueError: embedded null byte"
-    assert host_results.failure_reason({"failed": True, "msg": "disk full", "exception": traceback}) == "disk full"
-    assert host_results.failure_reason({"failed": True, "msg": ""}) is None
-    assert host_results.failure_reason("not a result") is None
-    task = host_results.failed_task(dict(crashed, invocation={"module_args": {}}, rc=1), "vllm_files")
-    assert task == {"failed": True, "msg": "vllm_files: embedded null byte", "rc": 1,
-                    "exception": crashed["exception"]}
-    assert host_results.failed_task({"failed": True}, "x")["msg"] == "x: the module failed without saying why"
