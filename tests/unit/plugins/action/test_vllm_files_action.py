@@ -64,7 +64,7 @@ def test_a_write_the_host_cannot_make_says_where_and_why(tmp_path):
     """A path the host refuses (here with a NUL byte: os.mkdir raises a
     ValueError, not an OSError) fails the task with the path and the
     reason, not a traceback, nor a bare "failed" (ansible-core 2.19 reports
-    an uncaught exception with no msg; host_results.failed_task reads it)."""
+    an uncaught exception with no msg; plugin_utils/module_failure.py reads it)."""
     (tmp_path / "play.yml").write_text("""
 - hosts: all
   gather_facts: false

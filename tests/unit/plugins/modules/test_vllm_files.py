@@ -93,14 +93,15 @@ def test_check_mode_writes_nothing_and_diffs_all_but_secrets(tmp_path):
 
 def test_a_host_that_refuses_a_write_fails_naming_the_path_and_why(tmp_path):
     """A file where the role's directory needs a parent (an operator's
-    leftover): a failure with the path and the host's reason, what was
-    written before it kept, never a traceback."""
+    leftover): the module's own failure with the path and the host's
+    reason (not a crash: ansible-core 2.19 reports those with no msg),
+    what was written before it kept."""
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc" / "systemd").write_text("an operator's notes\n")
     writes = writes_under(tmp_path)
     writes[0], writes[1] = writes[1], writes[0]
     text, result = run_module(tmp_path, writes, {writes[2]["path"]: SECRET})
-    assert result.get("failed") and "Traceback" not in text, text
+    assert result.get("failed"), text
     assert result["msg"] == "writing {0} failed: [Errno 20] Not a directory: '{0}'".format(writes[1]["path"]), text
     assert [r["path"] for r in result["results"]] == [writes[0]["path"]]
     assert (tmp_path / "etc" / "vllm").is_dir()
