@@ -8,15 +8,7 @@ alone does not hold the failure."""
 
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
-import sys
-
-from ansible_collections.gpufleet.numa.tests.fixtures import playbook_output
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = pathlib.Path(sys.executable).parent / "ansible-playbook"
+from ansible_collections.gpufleet.numa.tests.fixtures import local_playbook, playbook_output
 
 PLAYBOOK = """
 - name: One host fails early, the other goes on
@@ -35,13 +27,7 @@ PLAYBOOK = """
 
 
 def test_a_failed_run_says_its_failed_task_however_early(tmp_path):
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    (tmp_path / "hosts.ini").write_text("first ansible_connection=local\nsecond ansible_connection=local\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(tmp_path / "hosts.ini"), str(tmp_path / "play.yml"),
-                           "-e", "ansible_python_interpreter=%s" % sys.executable],
-                          env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          check=False, timeout=300)
+    proc = local_playbook.run(tmp_path, PLAYBOOK, hosts=("first", "second"))
     assert proc.returncode == 2, proc.stdout[-3000:]
     assert "the first host's own error" not in proc.stdout[-3000:]
     message = playbook_output.failures(proc.stdout)

@@ -9,18 +9,14 @@ And a write the host refuses fails with its path and reason."""
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 
 from jinja2 import Environment, meta, nodes
 
 from ansible_collections.gpufleet.numa.plugins.action.vllm_files import TEMPLATE_UNITS_KEYS, TEMPLATE_VARIABLES
+from ansible_collections.gpufleet.numa.tests.fixtures import local_playbook
 
-REPO = pathlib.Path(__file__).resolve().parents[4]
-TEMPLATES = REPO / "roles" / "vllm" / "templates"
-ANSIBLE_PLAYBOOK = pathlib.Path(sys.executable).parent / "ansible-playbook"
+TEMPLATES = pathlib.Path(__file__).resolve().parents[4] / "roles" / "vllm" / "templates"
 # What Jinja itself gives every template.
 JINJA_GLOBALS = {"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop"}
 
@@ -65,7 +61,7 @@ def test_a_write_the_host_cannot_make_says_where_and_why(tmp_path):
     ValueError, not an OSError) fails the task with the path and the
     reason, not a traceback, nor a bare "failed" (ansible-core 2.19 reports
     an uncaught exception with no msg; plugin_utils/module_failure.py reads it)."""
-    (tmp_path / "play.yml").write_text("""
+    proc = local_playbook.run(tmp_path, """
 - hosts: all
   gather_facts: false
   tasks:
@@ -75,11 +71,6 @@ def test_a_write_the_host_cannot_make_says_where_and_why(tmp_path):
           - {kind: directory, path: "%s/a\\0b", label: a, secret: false, as_planned: false, mode: "0755"}
         secrets: {vllm_api_key: "", vllm_hf_token: ""}
 """ % tmp_path)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "host,", "-c", "local", str(tmp_path / "play.yml"),
-                           "-e", "ansible_python_interpreter=%s" % sys.executable],
-                          env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          check=False, timeout=300)
     assert proc.returncode == 2 and "fatal: [host]: FAILED!" in proc.stdout, proc.stdout[-3000:]
     # The YAML callback writes the NUL as \0 and folds the line after the path.
     assert 'msg: "gpufleet.numa.vllm_files: writing %s/a\\0b' % tmp_path in proc.stdout, proc.stdout[-3000:]
